@@ -1,0 +1,65 @@
+"""ouro's errors: every foreign error is translated here, at the boundary.
+
+    OuroError                   anything ouro reports instead of a traceback
+    ├── SpecError               one or more problems in spec files (each FILE:LINE:COL)
+    ├── InstrumentError         this ouro cannot tell which instrument it is
+    ├── StateError              a lineage's repositories cannot be read as a lineage
+    ├── PlanFileError           a saved plan is unreadable or stale
+    ├── LockError               another apply holds a lineage
+    └── ApplyError              apply refused or failed as a whole
+
+Kernel errors (``reconciler.kernel.errors``) stay the kernel's own; the
+reconciler catches them at its edge and reports them with their reason.
+A permanent error (retrying is useless) is never a ``TransientError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OuroError(Exception):
+    """Base of ouro's own errors; the CLI prints them and exits 1."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem at one place of one spec file."""
+
+    file: str
+    line: int
+    column: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class SpecError(OuroError):
+    """Specs must be valid as a whole before anything is planned."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class InstrumentError(OuroError):
+    """ouro must know its own commit and fingerprint before it plans or applies."""
+
+
+class StateError(OuroError):
+    """A lineage's places could not be read."""
+
+
+class PlanFileError(OuroError):
+    """A saved plan is applied only while every head it saw is still where it was."""
+
+
+class LockError(OuroError):
+    """One apply per lineage at a time."""
+
+
+class ApplyError(OuroError):
+    """apply refused or failed as a whole."""
