@@ -1,0 +1,220 @@
+"""The on-disk text formats of a lineage: commit subjects, journal entries, file names.
+
+Trusted harness; pure functions, no I/O. The kernel writes with the ``format_*``
+functions; every reader (observe, verify) parses with the ``parse_*`` ones, so
+the two can never drift apart. Readers also accept the older instrument's
+spellings (``changed +A/-D``, ``died (exit RC); reverted``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["changed", "no-change", "died"]
+DASH = "\u2014"  # the em dash of journal headings
+
+GENERATION_PREFIX = "gen "
+SEED_SUBJECT = "seed"
+EXTERNAL_EDIT_SUBJECT = "external edit"
+
+_SUBJECT = re.compile(r"\Agen (?P<n>[1-9][0-9]*): (?P<rest>.*)\Z", re.DOTALL)
+_HEADING = re.compile(
+    rf"\A## gen (?P<n>[1-9][0-9]*) {DASH} (?P<status>changed|no-change|died)"
+    rf"(?: {DASH} (?P<detail>.*?))? {DASH} (?P<at>[0-9T:+\-.Z]+)\Z"
+)
+_OLD_HEADING_DETAIL = re.compile(r"\A## gen (?P<n>[1-9][0-9]*) — changed (?P<detail>\+\d+/-\d+) — (?P<at>\S+)\Z")
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a successful generation changed; ``None`` counts mean no change at all."""
+
+    organism_added: int = 0
+    organism_deleted: int = 0
+    organism_changed: bool = False
+    paths: int = 0
+
+    @property
+    def status(self) -> Status:
+        return "changed" if self.paths else "no-change"
+
+    @property
+    def detail(self) -> str | None:
+        """The journal/outcome detail after ``changed — ``; None for no-change."""
+        if not self.paths:
+            return None
+        if self.organism_changed:
+            return f"organism +{self.organism_added}/-{self.organism_deleted}; {self.paths} paths"
+        return f"organism unchanged; {self.paths} other paths"
+
+
+# ---------------------------------------------------------------- lineage commits
+
+
+def subject_changed(n: int, change: Change) -> str:
+    if not change.paths:
+        return subject_no_change(n)
+    if change.organism_changed:
+        return (
+            f"gen {n}: changed (organism +{change.organism_added}/-{change.organism_deleted}; "
+            f"{change.paths} paths)"
+        )
+    return f"gen {n}: changed (organism unchanged; {change.paths} other paths)"
+
+
+def subject_no_change(n: int) -> str:
+    return f"gen {n}: no-change"
+
+
+def subject_died(n: int, exit_status: int) -> str:
+    return f"gen {n}: died (exit {exit_status}); staged writes discarded"
+
+
+@dataclass(frozen=True)
+class GenerationSubject:
+    number: int
+    status: Status | None  # None: starts with "gen N: " but the status is not recognised
+
+
+def is_generation_subject(subject: str) -> bool:
+    """Counts toward the generation number: first line starts with ``gen ``."""
+    return subject.startswith(GENERATION_PREFIX)
+
+
+def parse_generation_subject(subject: str) -> GenerationSubject | None:
+    """``gen N: <status>...`` -> its number and status; None if not a generation subject."""
+    first_line = subject.split("\n", 1)[0]
+    match = _SUBJECT.match(first_line)
+    if match is None:
+        return None
+    rest = match.group("rest")
+    status: Status | None
+    if rest.startswith("changed"):
+        status = "changed"
+    elif rest.startswith("no-change"):
+        status = "no-change"
+    elif rest.startswith("died"):
+        status = "died"
+    else:
+        status = None
+    return GenerationSubject(int(match.group("n")), status)
+
+
+# ---------------------------------------------------------------- journal
+
+
+def journal_entry(
+    n: int,
+    status: Status,
+    timestamp: str,
+    *,
+    detail: str | None = None,
+    exit_status: int | None = None,
+    stderr_lines: list[str] | None = None,
+) -> str:
+    """One entry, to append to journal.md: starts on a new line after a blank line.
+
+    A death carries its exit code and the last five stderr lines, nothing else.
+    """
+    parts = [status] + ([detail] if detail else []) + [timestamp]
+    text = f"\n## gen {n} {DASH} " + f" {DASH} ".join(parts) + "\n"
+    if status == "died":
+        tail = (stderr_lines or [])[-5:]
+        text += f"exit {exit_status}\n~~~\n" + "".join(line + "\n" for line in tail) + "~~~\n"
+    return text
+
+
+def append_entry(journal: str, entry: str) -> str:
+    """Append so that the entry's heading follows a blank line."""
+    if journal and not journal.endswith("\n"):
+        journal += "\n"
+    return journal + entry
+
+
+@dataclass(frozen=True)
+class JournalHeading:
+    number: int
+    status: Status
+    detail: str | None
+    timestamp: str
+    line: int  # 1-based line number in journal.md
+
+
+def parse_journal(text: str) -> list[JournalHeading]:
+    """Every ``## gen N — status — ...`` heading of a journal, in file order."""
+    headings: list[JournalHeading] = []
+    for index, line in enumerate(text.split("\n"), start=1):
+        if not line.startswith("## gen "):
+            continue
+        match = _HEADING.match(line)
+        if match is not None:
+            status: Status = match.group("status")  # type: ignore[assignment]
+            headings.append(
+                JournalHeading(int(match.group("n")), status, match.group("detail"),
+                               match.group("at"), index)
+            )
+            continue
+        old = _OLD_HEADING_DETAIL.match(line)
+        if old is not None:
+            headings.append(
+                JournalHeading(int(old.group("n")), "changed", old.group("detail"),
+                               old.group("at"), index)
+            )
+    return headings
+
+
+def last_heading_line(text: str) -> str | None:
+    """The last ``## gen`` line of a journal, verbatim."""
+    for line in reversed(text.split("\n")):
+        if line.startswith("## gen "):
+            return line
+    return None
+
+
+# ---------------------------------------------------------------- observations
+
+
+def observation_path(n: int) -> str:
+    return f"generations/{n:04d}.json"
+
+
+def parse_observation_path(path: str) -> int | None:
+    match = re.fullmatch(r"generations/([0-9]{4,})\.json", path)
+    return int(match.group(1)) if match else None
+
+
+def outcome_text(status: Status, detail: str | None) -> str:
+    """The observation's ``outcome`` for a published generation (journal heading text)."""
+    return f"{status} {DASH} {detail}" if detail else status
+
+
+def observation_subject(n: int, outcome: str) -> str:
+    return f"observe: gen {n} {outcome}"
+
+
+def observation_init_subject(lineage_branch: str) -> str:
+    return f"observe: initialize {lineage_branch}"
+
+
+_OBSERVE_SUBJECT = re.compile(r"\Aobserve: gen (?P<n>[1-9][0-9]*) (?P<outcome>.+)\Z")
+
+
+def parse_observation_subject(subject: str) -> tuple[int, str] | None:
+    match = _OBSERVE_SUBJECT.match(subject.split("\n", 1)[0])
+    return (int(match.group("n")), match.group("outcome")) if match else None
+
+
+DEATH_OUTCOMES = ("process_exit", "signal", "wall_timeout", "cgroup_oom", "decoder_rejection")
+
+
+def status_of_outcome(outcome: str) -> Status | None:
+    """changed / no-change / died, from an observation's ``outcome``."""
+    if outcome.startswith("changed"):
+        return "changed"
+    if outcome == "no-change":
+        return "no-change"
+    if outcome in DEATH_OUTCOMES:
+        return "died"
+    return None
