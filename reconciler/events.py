@@ -1,0 +1,43 @@
+"""The structured event log: one JSON line per thing apply did, under the state dir.
+
+Append-only (``O_APPEND`` writes of whole lines, so concurrent applies never
+interleave within a line). A failure to log never stops a generation: the
+lineage and observation repos are the record; this log is the operator's view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+EVENT_SCHEMA = "ouro-event/v1"
+
+
+class EventLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mutex = threading.Lock()
+        self.failed: str | None = None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {
+            "schema": EVENT_SCHEMA,
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "event": event,
+            **fields,
+        }
+        line = (json.dumps(record, default=str, sort_keys=True) + "\n").encode("utf-8")
+        with self._mutex:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(descriptor, line)
+                finally:
+                    os.close(descriptor)
+            except OSError as error:
+                self.failed = f"{self.path}: {error.strerror}"
