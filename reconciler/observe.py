@@ -1,0 +1,763 @@
+"""What a lineage is now: its three places, read with pygit2. Read-only.
+
+Rule: nothing here writes (no ref, index, object or file), and nothing here
+raises for a damaged lineage: what cannot be read becomes a ``ReadProblem``
+whose code is the refusal reason the planner will give.
+
+Reading is O(1)-ish in the length of the history, so that planning a fleet
+stays fast: the generation count is the number ``N`` of the newest
+first-parent ``gen N:`` commit (walking back from the branch head only past
+non-generation commits), cross-checked with the observation branch, whose
+``generations/NNNN.json`` must number ``1..N`` and whose record ``N`` must name
+that exact commit. Only when that cross-check fails is the whole first-parent
+history walked (to report exact numbers). The full O(history) audit of both
+repositories is ``ouro verify``'s job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pygit2
+
+from reconciler.kernel import formats
+from reconciler.kernel.config import (
+    GENERATION_SCHEMA,
+    JOURNAL_FILE,
+    LINEAGE_SCHEMA,
+    METADATA_FILE,
+    OBSERVATIONS_SCHEMA,
+    LineagePaths,
+)
+
+__all__ = [
+    "INTENT_MARKER",
+    "GenerationCommit",
+    "Interrupted",
+    "Observed",
+    "ReadProblem",
+    "StatusReport",
+    "observe",
+    "read_status",
+]
+
+INTENT_MARKER = "ouro-generation.json"
+INTENT_SCHEMA = "ouro-generation-intent/v1"
+OBSERVATION_METADATA_FILE = "metadata.json"
+GENERATIONS_DIR = "generations"
+_MAX_DIRTY_LISTED = 20
+
+ProblemCode = Literal[
+    "partial-paths",
+    "not-a-lineage",
+    "branch-mismatch",
+    "no-metadata",
+    "observation-disagrees",
+    "unbalanced",
+]
+InterruptedKind = Literal["roll-forward", "discard", "cleanup"]
+
+
+@dataclass(frozen=True)
+class ReadProblem:
+    """Something that makes the lineage unsafe to extend; ``code`` is the refusal reason."""
+
+    code: ProblemCode
+    message: str
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Leftovers of an interrupted generation (see INTERFACES.md, the transaction).
+
+    ``roll-forward``: an observation names commit C whose parent is the branch
+    head (publish it); ``discard``: an intent marker with no observation naming
+    its commit (drop it, the generation re-runs); ``cleanup``: everything was
+    published, only the marker (and maybe the worktree) is left.
+    """
+
+    kind: InterruptedKind
+    generation: int | None
+    lineage_commit: str | None
+    phase: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class GenerationCommit:
+    number: int
+    status: formats.Status | None
+    commit: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One lineage as its repositories show it now."""
+
+    paths: LineagePaths
+    worktree_exists: bool
+    git_dir_exists: bool
+    observations_exist: bool
+    is_lineage: bool  # the git dir is a repository whose branch descends from a `seed` root
+    root_commit: str | None
+    lineage_metadata: dict[str, Any] | None
+    observation_metadata: dict[str, Any] | None
+    lineage_head: str | None
+    observation_head: str | None
+    head_branch: str | None  # the branch the lineage git dir's HEAD names
+    generations: int  # generation commits on the branch (first-parent)
+    last_generation: GenerationCommit | None
+    observed_generations: int  # generations/NNNN.json files on the observation branch
+    last_observation: dict[str, Any] | None
+    dirty: bool
+    dirty_paths: tuple[str, ...]
+    interrupted: Interrupted | None
+    problems: tuple[ReadProblem, ...]
+    full_walk: bool  # the whole first-parent history had to be read
+
+    @property
+    def any_exists(self) -> bool:
+        return self.worktree_exists or self.git_dir_exists or self.observations_exist
+
+    @property
+    def all_exist(self) -> bool:
+        return self.worktree_exists and self.git_dir_exists and self.observations_exist
+
+    @property
+    def last_status(self) -> formats.Status | None:
+        return self.last_generation.status if self.last_generation else None
+
+    def problem(self, code: ProblemCode) -> ReadProblem | None:
+        return next((p for p in self.problems if p.code == code), None)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:
+        return False
+
+
+def _open(path: Path) -> pygit2.Repository | None:
+    try:
+        return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return None
+
+
+def _subject(commit: pygit2.Commit) -> str:
+    return str(commit.message).split("\n", 1)[0]
+
+
+def _json_blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> Any:
+    """Parsed JSON of ``path`` in ``tree``; raises KeyError if absent, ValueError if unreadable."""
+    entry = tree[path]
+    blob = repo[entry.id]
+    if not isinstance(blob, pygit2.Blob):
+        raise ValueError(f"{path} is not a file")
+    return json.loads(blob.data.decode("utf-8"))
+
+
+def _text_blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:
+    try:
+        blob = repo[tree[path].id]
+    except KeyError:
+        return None
+    if not isinstance(blob, pygit2.Blob):
+        return None
+    return bytes(blob.data).decode("utf-8", errors="replace")
+
+
+def _first_parent(repo: pygit2.Repository, commit: pygit2.Commit) -> pygit2.Commit | None:
+    if not commit.parent_ids:
+        return None
+    parent = repo.get(commit.parent_ids[0])
+    if not isinstance(parent, pygit2.Commit):
+        raise KeyError(str(commit.parent_ids[0]))
+    return parent
+
+
+def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    commit: pygit2.Commit | None = start
+    while commit is not None:
+        yield commit
+        commit = _first_parent(repo, commit)
+
+
+def _branch_target(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{branch}").resolve()
+    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
+        return None
+    commit = repo.get(ref.target)
+    return commit if isinstance(commit, pygit2.Commit) else None
+
+
+def _head_branch(repo: pygit2.Repository) -> str | None:
+    try:
+        head = repo.lookup_reference("HEAD")
+    except (KeyError, pygit2.GitError):
+        return None
+    target = head.target
+    if isinstance(target, str) and target.startswith("refs/heads/"):
+        return target.removeprefix("refs/heads/")
+    return None
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[ReadProblem] = []
+
+    def add(self, code: ProblemCode, message: str) -> None:
+        self.items.append(ReadProblem(code, message))
+
+
+# ---------------------------------------------------------------- the lineage repo
+
+
+@dataclass
+class _LineageRead:
+    repo: pygit2.Repository | None = None
+    head: pygit2.Commit | None = None
+    head_branch: str | None = None
+    root: pygit2.Commit | None = None
+    metadata: dict[str, Any] | None = None
+    newest_gen: pygit2.Commit | None = None  # newest first-parent `gen ` commit
+    newest_number: int | None = None
+    generations: list[GenerationCommit] | None = None  # only after a full walk
+
+
+def _read_lineage_repo(paths: LineagePaths, problems: _Problems) -> _LineageRead:
+    read = _LineageRead()
+    repo = _open(paths.git_dir)
+    if repo is None:
+        problems.add("not-a-lineage", f"{paths.git_dir} exists but is not a git repository")
+        return read
+    read.repo = repo
+    read.head_branch = _head_branch(repo)
+    head = _branch_target(repo, paths.branch)
+    if head is None:
+        problems.add(
+            "branch-mismatch",
+            f"{paths.git_dir} has no branch {paths.branch!r}"
+            + (f" (HEAD is on {read.head_branch!r})" if read.head_branch else ""),
+        )
+        return read
+    read.head = head
+    if read.head_branch != paths.branch:
+        problems.add(
+            "branch-mismatch",
+            f"{paths.git_dir} has {read.head_branch or 'a detached HEAD'!s} checked out, "
+            f"not {paths.branch!r}",
+        )
+    # Newest generation commit: walk back from the head past non-generation commits.
+    for commit in _first_parents(repo, head):
+        if formats.is_generation_subject(_subject(commit)):
+            read.newest_gen = commit
+            parsed = formats.parse_generation_subject(_subject(commit))
+            read.newest_number = parsed.number if parsed else None
+            break
+        if not commit.parent_ids:
+            read.root = commit
+    return read
+
+
+def _full_walk(repo: pygit2.Repository, head: pygit2.Commit) -> tuple[
+    list[GenerationCommit], pygit2.Commit
+]:
+    """Every first-parent generation commit, oldest first, and the root. O(history)."""
+    found: list[pygit2.Commit] = []
+    root = head
+    for commit in _first_parents(repo, head):
+        root = commit
+        if formats.is_generation_subject(_subject(commit)):
+            found.append(commit)
+    found.reverse()
+    generations = []
+    for index, commit in enumerate(found, start=1):
+        parsed = formats.parse_generation_subject(_subject(commit))
+        generations.append(
+            GenerationCommit(index, parsed.status if parsed else None, str(commit.id))
+        )
+    return generations, root
+
+
+def _find_root(repo: pygit2.Repository, start: pygit2.Commit) -> pygit2.Commit:
+    root = start
+    for commit in _first_parents(repo, start):
+        root = commit
+    return root
+
+
+def _check_root(read: _LineageRead, paths: LineagePaths, problems: _Problems) -> None:
+    assert read.repo is not None and read.root is not None
+    root = read.root
+    if _subject(root) != formats.SEED_SUBJECT:
+        problems.add(
+            "not-a-lineage",
+            f"{paths.git_dir}: the root commit {root.id} of {paths.branch} is "
+            f"{_subject(root)!r}, not 'seed'",
+        )
+        return
+    try:
+        metadata = _json_blob(read.repo, root.tree, METADATA_FILE)
+    except KeyError:
+        problems.add(
+            "no-metadata",
+            f"{paths.git_dir}: the seed commit has no {METADATA_FILE} (an older instrument's "
+            "lineage)",
+        )
+        return
+    except (ValueError, UnicodeDecodeError) as error:
+        problems.add("no-metadata", f"{paths.git_dir}: {METADATA_FILE} is unreadable: {error}")
+        return
+    if not isinstance(metadata, dict) or metadata.get("schema") != LINEAGE_SCHEMA:
+        schema = metadata.get("schema") if isinstance(metadata, dict) else None
+        problems.add(
+            "no-metadata",
+            f"{paths.git_dir}: {METADATA_FILE} has schema {schema!r}, not {LINEAGE_SCHEMA!r}",
+        )
+        return
+    read.metadata = metadata
+
+
+# ---------------------------------------------------------------- the observation repo
+
+
+@dataclass
+class _ObservationRead:
+    repo: pygit2.Repository | None = None
+    head: pygit2.Commit | None = None
+    metadata: dict[str, Any] | None = None
+    generations_tree: pygit2.Tree | None = None
+    count: int = 0
+    last: dict[str, Any] | None = None
+    records: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+
+    def record(self, n: int) -> dict[str, Any] | None:
+        """Observation ``n`` (1-based), or None if absent or unreadable."""
+        if n in self.records:
+            return self.records[n]
+        value: dict[str, Any] | None = None
+        if self.repo is not None and self.generations_tree is not None and n >= 1:
+            try:
+                data = _json_blob(
+                    self.repo, self.generations_tree, formats.observation_path(n).split("/", 1)[1]
+                )
+                if isinstance(data, dict) and data.get("schema") == GENERATION_SCHEMA:
+                    value = data
+            except (KeyError, ValueError, UnicodeDecodeError):
+                value = None
+        self.records[n] = value
+        return value
+
+
+def _read_observation_repo(paths: LineagePaths, problems: _Problems) -> _ObservationRead:
+    read = _ObservationRead()
+    repo = _open(paths.observations)
+    where = paths.observations
+    if repo is None:
+        problems.add("not-a-lineage", f"{where} exists but is not a git repository")
+        return read
+    read.repo = repo
+    head = _branch_target(repo, paths.observation_branch)
+    if head is None:
+        problems.add("branch-mismatch", f"{where} has no branch {paths.observation_branch!r}")
+        return read
+    read.head = head
+    checked_out = _head_branch(repo)
+    if checked_out != paths.observation_branch:
+        problems.add(
+            "branch-mismatch",
+            f"{where} has {checked_out or 'a detached HEAD'} checked out, "
+            f"not {paths.observation_branch!r}",
+        )
+    tree = head.tree
+    try:
+        metadata = _json_blob(repo, tree, OBSERVATION_METADATA_FILE)
+    except KeyError:
+        problems.add("observation-disagrees", f"{where}: no {OBSERVATION_METADATA_FILE}")
+        metadata = None
+    except (ValueError, UnicodeDecodeError) as error:
+        problems.add("observation-disagrees", f"{where}: unreadable metadata.json: {error}")
+        metadata = None
+    if metadata is not None:
+        if isinstance(metadata, dict) and metadata.get("schema") == OBSERVATIONS_SCHEMA:
+            read.metadata = metadata
+        else:
+            problems.add(
+                "observation-disagrees",
+                f"{where}: metadata.json is not an {OBSERVATIONS_SCHEMA} document",
+            )
+    try:
+        generations = repo[tree[GENERATIONS_DIR].id]
+    except KeyError:
+        generations = None
+    if isinstance(generations, pygit2.Tree):
+        read.generations_tree = generations
+        read.count = len(generations)
+        if read.count:
+            read.last = read.record(read.count)
+            if read.last is None:
+                problems.add(
+                    "unbalanced",
+                    f"{where}: {read.count} files under generations/ but "
+                    f"{formats.observation_path(read.count)} is missing or unreadable "
+                    "(records must be numbered 1..N)",
+                )
+            elif read.last.get("generation") != read.count:
+                problems.add(
+                    "unbalanced",
+                    f"{where}: {formats.observation_path(read.count)} says generation "
+                    f"{read.last.get('generation')!r}",
+                )
+    return read
+
+
+# ---------------------------------------------------------------- cross-checks
+
+
+def _names(record: dict[str, Any] | None) -> str | None:
+    value = record.get("lineage_commit") if record else None
+    return value if isinstance(value, str) else None
+
+
+def _fast_agrees(lin: _LineageRead, obs: _ObservationRead) -> bool:
+    """The O(1) check: newest `gen N:` commit is observation N's commit, N files observed."""
+    if lin.head is None or obs.head is None:
+        return False
+    if lin.newest_gen is None:
+        return obs.count in (0, 1)
+    number = lin.newest_number
+    if number is None or obs.count not in (number, number + 1):
+        return False
+    return _names(obs.record(number)) == str(lin.newest_gen.id)
+
+
+def _compare_with_history(
+    lin: _LineageRead, obs: _ObservationRead, paths: LineagePaths, problems: _Problems
+) -> None:
+    """After a full walk: say precisely where the two repositories disagree."""
+    assert lin.repo is not None and lin.generations is not None
+    k, m = len(lin.generations), obs.count
+    if lin.newest_number is not None and lin.newest_number != k:
+        problems.add(
+            "unbalanced",
+            f"{paths.git_dir}: the newest generation commit is numbered {lin.newest_number} "
+            f"but {k} generation commits are on {paths.branch}",
+        )
+    if m not in (k, k + 1):
+        problems.add(
+            "unbalanced",
+            f"{paths.branch} has {k} generation commits but {paths.observations} has "
+            f"{m} observations",
+        )
+    for gen in lin.generations[-1:] if m in (k, k + 1) else []:
+        named = _names(obs.record(gen.number))
+        if named == gen.commit:
+            continue
+        if named is None or lin.repo.get(named) is None:
+            problems.add(
+                "observation-disagrees",
+                f"{paths.observations}: observation {gen.number} names commit {named}, "
+                f"which is not in the lineage (gen {gen.number} is {gen.commit})",
+            )
+        else:
+            problems.add(
+                "unbalanced",
+                f"{paths.observations}: observation {gen.number} names {named}, "
+                f"but gen {gen.number} on {paths.branch} is {gen.commit}",
+            )
+
+
+def _pending_commit(
+    lin: _LineageRead, obs: _ObservationRead, generations: int
+) -> tuple[str | None, str | None]:
+    """Observation k+1's commit, and why it cannot be rolled forward (None if it can)."""
+    if obs.count != generations + 1 or lin.repo is None or lin.head is None:
+        return None, None
+    named = _names(obs.last)
+    if named is None:
+        return None, f"observation {obs.count} names no lineage commit"
+    commit = lin.repo.get(named)
+    if not isinstance(commit, pygit2.Commit):
+        return named, f"observation {obs.count} names {named}, which is not in the lineage"
+    if not commit.parent_ids or str(commit.parent_ids[0]) != str(lin.head.id):
+        return named, (
+            f"observation {obs.count} names {named}, whose parent is not the head of the branch"
+        )
+    parsed = formats.parse_generation_subject(_subject(commit))
+    if parsed is None or parsed.number != generations + 1:
+        return named, f"observation {obs.count} names {named}, which is not gen {obs.count}"
+    return named, None
+
+
+def _read_marker(git_dir: Path) -> tuple[bool, dict[str, Any] | None]:
+    path = git_dir / INTENT_MARKER
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False, None
+    except OSError:
+        return True, None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return True, None
+    return True, data if isinstance(data, dict) and data.get("schema") == INTENT_SCHEMA else None
+
+
+def _interrupted(
+    paths: LineagePaths,
+    lin: _LineageRead,
+    obs: _ObservationRead,
+    generations: int,
+    problems: _Problems,
+) -> Interrupted | None:
+    marker_present, marker = _read_marker(paths.git_dir)
+    pending, why_not = _pending_commit(lin, obs, generations)
+    phase = marker.get("phase") if marker else None
+    phase = phase if isinstance(phase, str) else None
+    marker_commit = marker.get("lineage_commit") if marker else None
+    marker_commit = marker_commit if isinstance(marker_commit, str) else None
+    marker_gen = marker.get("generation") if marker else None
+    marker_gen = marker_gen if isinstance(marker_gen, int) else None
+    if pending is not None and why_not is None:
+        return Interrupted(
+            "roll-forward", generations + 1, pending, phase,
+            f"observation {generations + 1} names {pending[:12]}, not yet on {paths.branch}: "
+            "apply moves the branch to it",
+        )
+    if pending is not None and why_not is not None:
+        problems.add("unbalanced", f"{paths.observations}: {why_not}")
+    if not marker_present:
+        return None
+    if marker is None:
+        return Interrupted(
+            "discard", None, None, None,
+            f"{paths.git_dir / INTENT_MARKER} is unreadable: apply discards the "
+            "interrupted generation",
+        )
+    head = str(lin.head.id) if lin.head is not None else None
+    if marker_commit is not None and marker_commit == head and (
+        _names(obs.record(generations)) == marker_commit
+    ):
+        return Interrupted(
+            "cleanup", marker_gen, marker_commit, phase,
+            f"generation {marker_gen} was published; apply resets the worktree and "
+            "drops the marker",
+        )
+    return Interrupted(
+        "discard", marker_gen, marker_commit, phase,
+        f"generation {marker_gen} was interrupted ({phase or 'unknown phase'}) before its "
+        "observation was committed: apply discards it (it re-runs; its model spend is recorded)",
+    )
+
+
+def _dirty(paths: LineagePaths, problems: _Problems) -> tuple[str, ...]:
+    repo = _open(paths.worktree)
+    if repo is None:
+        problems.add(
+            "partial-paths",
+            f"{paths.worktree} is not a worktree of {paths.git_dir} (no .git pointer)",
+        )
+        return ()
+    try:
+        if Path(repo.path).resolve() != paths.git_dir.resolve():
+            problems.add(
+                "partial-paths",
+                f"{paths.worktree}/.git points to {repo.path}, not {paths.git_dir}",
+            )
+            return ()
+        status = repo.status()
+    except (pygit2.GitError, OSError) as error:
+        problems.add("partial-paths", f"{paths.worktree}: cannot read the worktree: {error}")
+        return ()
+    clean = (pygit2.enums.FileStatus.CURRENT, pygit2.enums.FileStatus.IGNORED)
+    return tuple(sorted(path for path, flags in status.items() if flags not in clean))
+
+
+# ---------------------------------------------------------------- observe
+
+
+def observe(paths: LineagePaths) -> Observed:
+    """Read a lineage's three places. Never raises for a damaged lineage: it reports."""
+    problems = _Problems()
+    worktree_exists = _exists(paths.worktree)
+    git_dir_exists = _exists(paths.git_dir)
+    observations_exist = _exists(paths.observations)
+    lin = _LineageRead()
+    obs = _ObservationRead()
+    full_walk = False
+    generations = 0
+    last: GenerationCommit | None = None
+    dirty: tuple[str, ...] = ()
+    interrupted: Interrupted | None = None
+    try:
+        if git_dir_exists:
+            lin = _read_lineage_repo(paths, problems)
+        if observations_exist:
+            obs = _read_observation_repo(paths, problems)
+        if lin.repo is not None and lin.head is not None:
+            if _fast_agrees(lin, obs):
+                generations = lin.newest_number or 0
+                if lin.newest_gen is not None:
+                    parsed = formats.parse_generation_subject(_subject(lin.newest_gen))
+                    status = parsed.status if parsed is not None else None
+                    last = GenerationCommit(generations, status, str(lin.newest_gen.id))
+                if lin.root is None:
+                    first = _names(obs.record(1))
+                    start = lin.repo.get(first) if first else None
+                    lin.root = _find_root(
+                        lin.repo, start if isinstance(start, pygit2.Commit) else lin.head
+                    )
+            else:
+                full_walk = True
+                lin.generations, lin.root = _full_walk(lin.repo, lin.head)
+                generations = len(lin.generations)
+                last = lin.generations[-1] if lin.generations else None
+                if obs.head is not None:
+                    _compare_with_history(lin, obs, paths, problems)
+            _check_root(lin, paths, problems)
+            interrupted = _interrupted(paths, lin, obs, generations, problems)
+        if worktree_exists and lin.head is not None:
+            dirty = _dirty(paths, problems)
+    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+        problems.add(
+            "not-a-lineage", f"{paths.git_dir}: unreadable: {type(error).__name__}: {error}"
+        )
+    if git_dir_exists or worktree_exists or observations_exist:
+        missing = [
+            str(place)
+            for place, present in (
+                (paths.worktree, worktree_exists),
+                (paths.git_dir, git_dir_exists),
+                (paths.observations, observations_exist),
+            )
+            if not present
+        ]
+        if missing:
+            problems.add("partial-paths", "missing: " + ", ".join(missing))
+    is_lineage = (
+        lin.head is not None
+        and lin.root is not None
+        and _subject(lin.root) == formats.SEED_SUBJECT
+    )
+    return Observed(
+        paths=paths,
+        worktree_exists=worktree_exists,
+        git_dir_exists=git_dir_exists,
+        observations_exist=observations_exist,
+        is_lineage=is_lineage,
+        root_commit=str(lin.root.id) if lin.root is not None else None,
+        lineage_metadata=lin.metadata,
+        observation_metadata=obs.metadata,
+        lineage_head=str(lin.head.id) if lin.head is not None else None,
+        observation_head=str(obs.head.id) if obs.head is not None else None,
+        head_branch=lin.head_branch,
+        generations=generations,
+        last_generation=last,
+        observed_generations=obs.count,
+        last_observation=obs.last,
+        dirty=bool(dirty),
+        dirty_paths=dirty[:_MAX_DIRTY_LISTED],
+        interrupted=interrupted,
+        problems=tuple(problems.items),
+        full_walk=full_walk,
+    )
+
+
+# ---------------------------------------------------------------- status (O(history))
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """What `ouro status` shows of one lineage: reads every observation."""
+
+    generations: int
+    outcomes: dict[str, int]  # changed / no-change / died (from the lineage commits)
+    death_kinds: dict[str, int]  # process_exit, signal, ... (from observations)
+    accounted_usd: str  # Decimal as text: sum of model_calls accounted_usd
+    last_journal_heading: str | None
+    lineage_head: str | None
+    observation_head: str | None
+    observed_generations: int
+    problems: tuple[str, ...]
+
+
+def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
+    """Outcomes, death kinds and spend over the whole history. Never raises."""
+    from decimal import Decimal, InvalidOperation
+
+    outcomes: dict[str, int] = {"changed": 0, "no-change": 0, "died": 0}
+    deaths: dict[str, int] = {}
+    spend = Decimal(0)
+    journal: str | None = None
+    problems: list[str] = [p.message for p in observed.problems]
+    generations = observed.generations
+    try:
+        lin = _open(paths.git_dir) if observed.git_dir_exists else None
+        head = _branch_target(lin, paths.branch) if lin is not None else None
+        if lin is not None and head is not None:
+            gens, _root = _full_walk(lin, head)
+            generations = len(gens)
+            for gen in gens:
+                if gen.status is not None:
+                    outcomes[gen.status] += 1
+            text = _text_blob(lin, head.tree, JOURNAL_FILE)
+            journal = formats.last_heading_line(text) if text is not None else None
+        obs_repo = _open(paths.observations) if observed.observations_exist else None
+        obs_head = (
+            _branch_target(obs_repo, paths.observation_branch) if obs_repo is not None else None
+        )
+        if obs_repo is not None and obs_head is not None:
+            try:
+                tree = obs_repo[obs_head.tree[GENERATIONS_DIR].id]
+            except KeyError:
+                tree = None
+            for entry in tree if isinstance(tree, pygit2.Tree) else []:
+                blob = obs_repo.get(entry.id)
+                try:
+                    if not isinstance(blob, pygit2.Blob):
+                        raise ValueError("not a file")
+                    record = json.loads(bytes(blob.data).decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    problems.append(f"{paths.observations}: generations/{entry.name} unreadable")
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                outcome = record.get("outcome")
+                if isinstance(outcome, str) and formats.status_of_outcome(outcome) == "died":
+                    deaths[outcome] = deaths.get(outcome, 0) + 1
+                calls = record.get("model_calls")
+                for call in calls if isinstance(calls, list) else []:
+                    amount = call.get("accounted_usd") if isinstance(call, dict) else None
+                    if amount is None:
+                        continue
+                    try:
+                        spend += Decimal(str(amount))
+                    except InvalidOperation:
+                        problems.append(
+                            f"{paths.observations}: generations/{entry.name}: "
+                            f"accounted_usd {amount!r} is not a number"
+                        )
+    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+        problems.append(f"{paths.git_dir}: unreadable: {error}")
+    return StatusReport(
+        generations=generations,
+        outcomes=outcomes,
+        death_kinds=dict(sorted(deaths.items())),
+        accounted_usd=str(spend),
+        last_journal_heading=journal,
+        lineage_head=observed.lineage_head,
+        observation_head=observed.observation_head,
+        observed_generations=observed.observed_generations,
+        problems=tuple(dict.fromkeys(problems)),
+    )

@@ -1,0 +1,422 @@
+"""Desired (specs) vs observed (repositories) -> one action per lineage.
+
+Rule: purely computational, no I/O here. Inputs are a loaded spec, an
+``Observed`` (read by ``reconciler.observe``) and this instrument's
+``Identity``; the output says what apply would do, and, when it refuses, why
+and what a human should do about it. Checks run in a fixed order, most
+fundamental first, and the first that fails decides (``_REFUSAL_ORDER``).
+
+The observed side is described here as a protocol (``ObservedState``), which
+``reconciler.observe.Observed`` satisfies: the planner never imports the
+module that reads repositories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal, Protocol
+
+from reconciler.kernel.config import (
+    Ceilings,
+    Identity,
+    LineagePaths,
+    ModelConfig,
+    constraints_manifest,
+)
+
+__all__ = [
+    "ACTIONS",
+    "REASONS",
+    "Change",
+    "LineagePlan",
+    "ObservedState",
+    "Plan",
+    "PlanSpec",
+    "changes_against",
+    "desired_generations",
+    "make_plan",
+    "plan_lineage",
+]
+
+Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse"]
+ACTIONS: tuple[Action, ...] = ("create", "extend", "in-sync", "ahead", "recover", "refuse")
+Reason = Literal[
+    "spec-pin-mismatch",
+    "not-a-lineage",
+    "branch-mismatch",
+    "no-metadata",
+    "partial-paths",
+    "instrument-commit-drift",
+    "fingerprint-drift",
+    "observation-disagrees",
+    "unbalanced",
+]
+REASONS: tuple[Reason, ...] = (
+    "spec-pin-mismatch",
+    "not-a-lineage",
+    "branch-mismatch",
+    "no-metadata",
+    "partial-paths",
+    "instrument-commit-drift",
+    "fingerprint-drift",
+    "observation-disagrees",
+    "unbalanced",
+)
+# Metadata keys the observation repo copies from the lineage's seed metadata.
+_SHARED_METADATA = (
+    "instrument_repository",
+    "instrument_ref",
+    "instrument_commit",
+    "instrument_fingerprint",
+    "seed_sha256",
+)
+
+
+class ProblemLike(Protocol):
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+class InterruptedLike(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+class ObservedState(Protocol):
+    """What the planner needs of an observed lineage (``reconciler.observe.Observed``)."""
+
+    @property
+    def paths(self) -> LineagePaths: ...
+    @property
+    def any_exists(self) -> bool: ...
+    @property
+    def lineage_metadata(self) -> dict[str, Any] | None: ...
+    @property
+    def observation_metadata(self) -> dict[str, Any] | None: ...
+    @property
+    def lineage_head(self) -> str | None: ...
+    @property
+    def observation_head(self) -> str | None: ...
+    @property
+    def generations(self) -> int: ...
+    @property
+    def last_observation(self) -> dict[str, Any] | None: ...
+    @property
+    def dirty(self) -> bool: ...
+    @property
+    def dirty_paths(self) -> tuple[str, ...]: ...
+    @property
+    def interrupted(self) -> InterruptedLike | None: ...
+    @property
+    def problems(self) -> Sequence[ProblemLike]: ...
+
+
+class PlanSpec(Protocol):
+    """What the planner needs of a spec (``reconciler.load.LoadedSpec`` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def instrument_pin(self) -> str | None: ...
+    def paths(self) -> LineagePaths: ...
+    def model(self) -> ModelConfig: ...
+    def ceilings(self) -> Ceilings: ...
+
+
+def desired_generations(spec: PlanSpec) -> int:
+    """``spec.generations`` of the document (LoadedSpec.spec is the pydantic model)."""
+    direct = getattr(spec, "generations", None)
+    if isinstance(direct, int):
+        return direct
+    model: Any = getattr(spec, "spec", None)
+    for candidate in (getattr(getattr(model, "spec", None), "generations", None),
+                      getattr(model, "generations", None)):
+        if isinstance(candidate, int):
+            return candidate
+    raise TypeError(f"spec {spec.name!r} has no desired generation count")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between the spec and the last observed generation."""
+
+    field: str  # provider, model, or a dotted path into the constraints manifest
+    observed: Any
+    desired: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.observed!r} -> {self.desired!r}"
+
+
+@dataclass(frozen=True)
+class LineagePlan:
+    name: str
+    action: Action
+    reason: Reason | None
+    message: str
+    observed_generations: int
+    desired_generations: int
+    missing_generations: int
+    max_spend_usd: Decimal
+    changes: tuple[Change, ...]
+    heads: dict[str, str | None]  # {"lineage": id|None, "observation": id|None}
+    spec_sha256: str = ""
+    notes: tuple[str, ...] = ()  # warnings that do not change the action (dirty worktree, ...)
+    interrupted: str | None = None  # roll-forward | discard | cleanup
+
+    @property
+    def pending(self) -> bool:
+        return self.action in ("create", "extend", "recover")
+
+
+@dataclass(frozen=True)
+class Plan:
+    lineages: tuple[LineagePlan, ...]
+    instrument: Identity
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def max_spend_usd(self) -> Decimal:
+        return sum((item.max_spend_usd for item in self.lineages), Decimal(0))
+
+    @property
+    def refused(self) -> bool:
+        return any(item.action == "refuse" for item in self.lineages)
+
+    @property
+    def exit_code(self) -> int:
+        """0 everything in sync, 2 changes pending, 1 any refusal."""
+        if self.refused:
+            return 1
+        return 2 if any(item.pending for item in self.lineages) else 0
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _short(object_id: Any) -> str:
+    return f"{str(object_id)[:12]}…" if object_id else "unknown"
+
+
+def _problem_messages(observed: ObservedState, code: str) -> str:
+    return "; ".join(p.message for p in observed.problems if p.code == code)
+
+
+def _pin(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+    pin = spec.instrument_pin
+    if not pin:
+        return None
+    wanted = pin.strip().lower()
+    if me.commit == wanted or (len(wanted) >= 7 and me.commit.startswith(wanted)):
+        return None
+    return (
+        f"lineage {spec.name}: the spec pins instrument {_short(wanted)}; this ouro is "
+        f"{_short(me.commit)}: run the ouro at {_short(wanted)}, or change "
+        "spec.instrument.commit"
+    )
+
+
+def _from_problems(code: str, remedy: str) -> Callable[[PlanSpec, ObservedState, Identity],
+                                                                str | None]:
+    def check(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+        del me
+        found = _problem_messages(observed, code)
+        return f"lineage {spec.name}: {found}: {remedy}" if found else None
+
+    return check
+
+
+def _commit_drift(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+    meta = observed.lineage_metadata or {}
+    born = meta.get("instrument_commit")
+    if born == me.commit:
+        return None
+    return (
+        f"lineage {spec.name} was started by instrument {_short(born)} (fingerprint "
+        f"{_short(meta.get('instrument_fingerprint'))}); this ouro is {_short(me.commit)}: "
+        "run the ouro at that commit, or start a new lineage"
+    )
+
+
+def _fingerprint_drift(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+    meta = observed.lineage_metadata or {}
+    born = meta.get("instrument_fingerprint")
+    if born == me.fingerprint:
+        return None
+    return (
+        f"lineage {spec.name} was started by instrument {_short(me.commit)} with kernel "
+        f"fingerprint {_short(born)}; this ouro's kernel files fingerprint as "
+        f"{_short(me.fingerprint)} (same commit, different physics): run an unmodified "
+        "ouro at that commit, or start a new lineage"
+    )
+
+
+def _observation_disagrees(
+    spec: PlanSpec, observed: ObservedState, me: Identity
+) -> str | None:
+    del me
+    found: list[str] = []
+    lineage, obs = observed.lineage_metadata or {}, observed.observation_metadata
+    if obs is not None:
+        for key in _SHARED_METADATA:
+            if key in lineage and obs.get(key) != lineage.get(key):
+                found.append(f"{key} is {obs.get(key)!r} in the observations, "
+                             f"{lineage.get(key)!r} in the lineage")
+        paths = observed.paths
+        for key, want in (("lineage_branch", paths.branch),
+                          ("observation_branch", paths.observation_branch)):
+            if obs.get(key) != want:
+                found.append(f"observation metadata {key} is {obs.get(key)!r}, not {want!r}")
+    problems = _problem_messages(observed, "observation-disagrees")
+    if problems:
+        found.append(problems)
+    if not found:
+        return None
+    return (
+        f"lineage {spec.name}: the observation repo disagrees with the lineage ("
+        + "; ".join(found)
+        + "): run `ouro verify`, restore the observation repo that belongs to this "
+        "lineage, or start a new lineage"
+    )
+
+
+_Check = Callable[[PlanSpec, ObservedState, Identity], str | None]
+_REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
+    ("not-a-lineage", _from_problems(
+        "not-a-lineage",
+        "point spec.storage at the lineage's places, or move what is there away")),
+    ("branch-mismatch", _from_problems(
+        "branch-mismatch",
+        "check out the spec's branch in that repository, or set spec.storage.branch / "
+        "observation_branch to the lineage's branches")),
+    ("no-metadata", _from_problems(
+        "no-metadata",
+        "ouro reads lineages of older instruments but never extends them; start a new lineage")),
+    ("partial-paths", _from_problems(
+        "partial-paths",
+        "restore the missing places from a backup, or move the remaining ones away so that "
+        "apply starts a new lineage")),
+    ("instrument-commit-drift", _commit_drift),
+    ("fingerprint-drift", _fingerprint_drift),
+    ("observation-disagrees", _observation_disagrees),
+    ("unbalanced", _from_problems(
+        "unbalanced",
+        "generation commits and observations disagree beyond recovery; run `ouro verify` "
+        "for the details, restore both repos from a backup, or start a new lineage")),
+)
+
+
+# ---------------------------------------------------------------- changes
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(_flatten(value[key], f"{prefix}.{key}"))
+        return out
+    return {prefix: value}
+
+
+def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> tuple[Change, ...]:
+    """Provider, model and ceilings of the spec vs. those the last generation ran under."""
+    if not last_observation:
+        return ()
+    model = spec.model()
+    found: list[Change] = []
+    for key, desired in (("provider", model.provider), ("model", model.name)):
+        if key in last_observation and last_observation[key] != desired:
+            found.append(Change(key, last_observation[key], desired))
+    observed_constraints = last_observation.get("constraints")
+    if isinstance(observed_constraints, dict):
+        want = _flatten(constraints_manifest(spec.ceilings(), model), "constraints")
+        have = _flatten(observed_constraints, "constraints")
+        for key in sorted(set(want) | set(have)):
+            if want.get(key) != have.get(key):
+                found.append(Change(key, have.get(key), want.get(key)))
+    return tuple(found)
+
+
+# ---------------------------------------------------------------- plan
+
+
+def _spend(missing: int, model: ModelConfig) -> Decimal:
+    return Decimal(missing) * model.budget_usd
+
+
+def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) -> LineagePlan:
+    """One lineage's action. Pure."""
+    name = spec.name
+    desired = desired_generations(spec)
+    have = observed.generations
+    model = spec.model()
+    heads = {"lineage": observed.lineage_head, "observation": observed.observation_head}
+    notes: list[str] = []
+    if observed.dirty:
+        shown = ", ".join(observed.dirty_paths[:5])
+        notes.append(f"uncommitted edits in the worktree ({shown}): apply commits them "
+                     "as `external edit` before the next generation")
+
+    def result(action: Action, message: str, *, reason: Reason | None = None,
+               missing: int = 0, changes: Iterable[Change] = ()) -> LineagePlan:
+        return LineagePlan(
+            name=name, action=action, reason=reason, message=message,
+            observed_generations=have, desired_generations=desired,
+            missing_generations=missing, max_spend_usd=_spend(missing, model),
+            changes=tuple(changes), heads=heads, spec_sha256=spec.sha256,
+            notes=tuple(notes),
+            interrupted=observed.interrupted.kind if observed.interrupted else None,
+        )
+
+    pinned = _pin(spec, observed, instrument)
+    if pinned:
+        return result("refuse", pinned, reason="spec-pin-mismatch")
+    if not observed.any_exists:
+        return result(
+            "create",
+            f"lineage {name}: none of its places exist; apply creates it and runs "
+            f"{desired} generation(s)",
+            missing=desired,
+        )
+    for reason, check in _REFUSAL_ORDER:
+        message = check(spec, observed, instrument)
+        if message:
+            return result("refuse", message, reason=reason)
+    changes = changes_against(spec, observed.last_observation)
+    if observed.interrupted is not None:
+        after = have + (1 if observed.interrupted.kind == "roll-forward" else 0)
+        missing = max(0, desired - after)
+        return result(
+            "recover",
+            f"lineage {name}: {observed.interrupted.detail}; then {missing} more generation(s)",
+            missing=missing, changes=changes,
+        )
+    if have < desired:
+        return result(
+            "extend", f"lineage {name}: {have} of {desired} generations; apply runs "
+            f"{desired - have} more", missing=desired - have, changes=changes,
+        )
+    if have == desired:
+        return result("in-sync", f"lineage {name}: {have} of {desired} generations, "
+                      "nothing to do", changes=changes)
+    notes.append("history is never removed: lower-than-observed targets are only reported")
+    return result(
+        "ahead", f"lineage {name}: {have} generations, more than the {desired} the spec "
+        "asks for; nothing to do", changes=changes,
+    )
+
+
+def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity) -> Plan:
+    lineages = tuple(plan_lineage(spec, observed, instrument) for spec, observed in items)
+    counts: dict[str, int] = {
+        action: sum(1 for item in lineages if item.action == action) for action in ACTIONS
+    }
+    return Plan(lineages=lineages, instrument=instrument, counts=counts)
