@@ -1,0 +1,623 @@
+"""The full-history audit of one lineage: pure reading of both repositories.
+
+Rule: this module only reads (pygit2, never a write, never a `git` process) and
+never needs a spec: per-generation budgets come from each observation's recorded
+constraints. It is O(history) and meant to run OFF the critical path, in its own
+interpreter (``reconciler.audit_child``, supervised by ``reconciler.verify``).
+
+Unknown is not guilty: a history that cannot be read yields ``unknown`` with no
+findings, never an accusation. A finding names a stable code (``CODES``), the
+lineage and, where one applies, a generation number: no paths, no messages.
+
+The restored body after a death (``restored_organism``) follows the original
+instrument exactly: on a death whose parent is P, organism.el becomes the
+organism.el of the second-newest commit (first-parent history from P, root
+included) whose organism.el differs from its parent's; in other words the body
+of the tree before the most recent change of organism.el. When only the root
+ever set organism.el, nothing changes (the body stays P's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+import pygit2
+
+from reconciler.kernel import formats
+from reconciler.kernel.config import (
+    GENERATION_SCHEMA,
+    JOURNAL_FILE,
+    LINEAGE_SCHEMA,
+    METADATA_FILE,
+    OBSERVATIONS_SCHEMA,
+    ORGANISM_FILE,
+    LineagePaths,
+)
+
+Status = Literal["consistent", "findings", "unknown"]
+
+# Every finding code, with the rule it protects (the human text of `ouro verify`).
+CODES: Mapping[str, str] = {
+    "lineage-metadata-missing": "the root has no .ouroboros-lineage.json (predates the instrument)",
+    "lineage-metadata-invalid": "the lineage metadata is not a valid ouroboros-lineage/v2 record",
+    "root-subject": "the root commit's subject is not `seed`",
+    "seed-mismatch": "seed_sha256 does not match organism.el in the root commit",
+    "observations-missing": "the observation repository or its branch is missing",
+    "observation-metadata-missing": "the observation branch has no metadata.json",
+    "observation-metadata-invalid": "the observation metadata is not ouroboros-observations/v1",
+    "observation-branch-mismatch": "the observation metadata names other branches than audited",
+    "metadata-disagree": "lineage and observation metadata disagree (instrument or seed)",
+    "generation-number": "a generation commit's number is not its first-parent count",
+    "generation-subject": "a `gen ` commit subject has no recognised status",
+    "journal-entry-missing": "a generation commit does not append its own journal heading",
+    "journal-status-mismatch": "a journal heading's status differs from its generation commit's",
+    "journal-not-append": "a generation commit changes journal.md other than by appending",
+    "journal-headings": "the journal's headings are not exactly gen 1..N in order",
+    "metadata-changed": "a commit changes .ouroboros-lineage.json",
+    "git-path-added": "a generation commit adds a path under a `.git` component",
+    "death-kept-writes": "a death commit changes paths other than organism.el and journal.md",
+    "restore-mismatch": "after a death, organism.el is not the restored body",
+    "observation-missing": "a generation has no observation",
+    "observation-duplicate": "a generation has more than one observation file",
+    "observation-extra": "an observation names a generation that has no commit",
+    "observation-commit-mismatch": "an observation's lineage_commit is not its generation's commit",
+    "rewritten-history": "an observation's lineage_commit is not an ancestor of the branch head",
+    "observation-status-mismatch": "an observation's outcome differs from its commit's status",
+    "observation-invalid": "an observation's schema or field types are invalid",
+    "observation-rewritten": "the observation history modifies or deletes a recorded file",
+    "overspend": "a generation's accounted model spend exceeds its recorded budget",
+}
+
+_HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
+_OBJECT_ID = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
+_INSTRUMENT_KEYS = (
+    "instrument_repository",
+    "instrument_ref",
+    "instrument_commit",
+    "instrument_fingerprint",
+    "seed_sha256",
+)
+_DEATH_MAY_CHANGE = frozenset({ORGANISM_FILE, JOURNAL_FILE})
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    lineage: str
+    generation: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"audit: unknown finding code {self.code!r}")
+
+
+@dataclass(frozen=True)
+class LineageAudit:
+    """What the audit concluded about one lineage."""
+
+    lineage: str
+    status: Status
+    generations: int = 0
+    observations: int = 0
+    commits: int = 0
+    findings: tuple[Finding, ...] = ()
+    duration_ms: int = 0
+    exception_class: str | None = None
+
+
+class HistoryUnreadable(Exception):
+    """The lineage's history cannot be read at all: the audit says `unknown`, never guilty."""
+
+
+# ---------------------------------------------------------------- small readers
+
+
+def _subject(commit: pygit2.Commit) -> str:
+    return str(commit.message).split("\n", 1)[0]
+
+
+def _blob_id(tree: pygit2.Tree, name: str) -> pygit2.Oid | None:
+    if name not in tree:
+        return None
+    entry = tree[name]
+    return entry.id if entry.type_str == "blob" else None
+
+
+def _blob_bytes(repo: pygit2.Repository, oid: pygit2.Oid | None) -> bytes | None:
+    if oid is None:
+        return None
+    blob = repo[oid]
+    if not isinstance(blob, pygit2.Blob):
+        raise HistoryUnreadable("not a blob")
+    return bytes(blob.data)
+
+
+def _strict_json(data: bytes) -> Any:
+    """JSON as the instrument writes it: UTF-8, no NaN/Infinity. Raises ValueError."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"non-finite number {constant}")
+
+    return json.loads(data.decode("utf-8"), parse_constant=refuse)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _money(value: Any) -> Decimal | None:
+    """A recorded USD amount (string or integer, never a float); None if invalid."""
+    if _is_int(value):
+        return Decimal(value)
+    if not isinstance(value, str):
+        return None
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        return None
+    return amount if amount.is_finite() and amount >= 0 else None
+
+
+def _first_parent_chain(repo: pygit2.Repository, head: pygit2.Oid) -> list[pygit2.Commit]:
+    """Root first. Each commit once; a cycle or a missing object is unreadable."""
+    chain: list[pygit2.Commit] = []
+    seen: set[pygit2.Oid] = set()
+    oid: pygit2.Oid | None = head
+    while oid is not None:
+        if oid in seen:
+            raise HistoryUnreadable("cycle")
+        seen.add(oid)
+        commit = repo[oid]
+        if not isinstance(commit, pygit2.Commit):
+            raise HistoryUnreadable("not a commit")
+        chain.append(commit)
+        oid = commit.parent_ids[0] if commit.parent_ids else None
+    chain.reverse()
+    return chain
+
+
+def _branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Oid | None:
+    ref = repo.references.get(f"refs/heads/{branch}")
+    if ref is None:
+        return None
+    target = ref.resolve().target
+    return target if isinstance(target, pygit2.Oid) else None
+
+
+def restored_organism(organisms: list[pygit2.Oid | None], parent_index: int) -> pygit2.Oid | None:
+    """The organism.el a death whose parent is ``organisms[parent_index]`` must restore.
+
+    ``organisms`` is the organism.el blob id (or None) of every first-parent
+    commit, root first. Equivalent to the original instrument's
+    ``git rev-list -n 2 P -- organism.el | tail -n 1`` then checkout.
+    """
+    changes = [
+        index
+        for index in range(parent_index, -1, -1)
+        if organisms[index] != (organisms[index - 1] if index else None)
+    ][:2]
+    if len(changes) == 2:
+        return organisms[changes[1]]
+    if len(changes) == 1:
+        return organisms[changes[0]]
+    return organisms[parent_index]
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _lineage_metadata_valid(metadata: Any) -> bool:
+    if not isinstance(metadata, dict) or metadata.get("schema") != LINEAGE_SCHEMA:
+        return False
+    if not all(isinstance(metadata.get(key), str) for key in _INSTRUMENT_KEYS):
+        return False
+    return bool(
+        _OBJECT_ID.match(metadata["instrument_commit"])
+        and _HEX64.match(metadata["instrument_fingerprint"])
+        and _HEX64.match(metadata["seed_sha256"])
+    )
+
+
+def _observation_metadata_valid(metadata: Any) -> bool:
+    if not isinstance(metadata, dict) or metadata.get("schema") != OBSERVATIONS_SCHEMA:
+        return False
+    keys = ("lineage_branch", "observation_branch", *_INSTRUMENT_KEYS)
+    return all(isinstance(metadata.get(key), str) for key in keys)
+
+
+_OPTIONAL_COUNTS = (
+    "duration_ms",
+    "cpu_usage_nsec",
+    "memory_peak_bytes",
+    "oom_kills",
+    "result_archive_bytes",
+    "published_bytes",
+    "published_files",
+)
+
+
+def _budget(record: Mapping[str, Any]) -> Decimal | None:
+    constraints = record.get("constraints")
+    model = constraints.get("model") if isinstance(constraints, dict) else None
+    budget = model.get("spending_budget") if isinstance(model, dict) else None
+    if not isinstance(budget, dict) or budget.get("currency") != "USD":
+        return None
+    return _money(budget.get("amount"))
+
+
+def _call_valid(call: Any) -> bool:
+    if not isinstance(call, dict):
+        return False
+    status = call.get("http_status")
+    if status is not None and not _is_int(status):
+        return False
+    for key in ("reserved_usd", "accounted_usd"):
+        if call.get(key) is not None and _money(call[key]) is None:
+            return False
+    return True
+
+
+def observation_valid(record: Any, number: int) -> bool:
+    """Schema and field types of one generation observation (CONTRACT.md)."""
+    if not isinstance(record, dict) or record.get("schema") != GENERATION_SCHEMA:
+        return False
+    if record.get("generation") != number or not _is_int(record.get("generation")):
+        return False
+    for key in ("started_at", "outcome", "lineage_commit"):
+        if not isinstance(record.get(key), str):
+            return False
+    if formats.status_of_outcome(record["outcome"]) is None:
+        return False
+    if not _OBJECT_ID.match(record["lineage_commit"]):
+        return False
+    for key in _OPTIONAL_COUNTS:
+        value = record.get(key)
+        if value is not None and not (_is_int(value) and value >= 0):
+            return False
+    if record.get("exit_status") is not None and not _is_int(record["exit_status"]):
+        return False
+    for key in ("systemd_result", "provider", "model"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return False
+    tail = record.get("stderr_tail")
+    if tail is not None and not isinstance(tail, str) and not (
+        isinstance(tail, list) and all(isinstance(line, str) for line in tail)
+    ):
+        return False
+    calls = record.get("model_calls")
+    if not isinstance(calls, list) or not all(_call_valid(call) for call in calls):
+        return False
+    return _budget(record) is not None
+
+
+def accounted_spend(record: Mapping[str, Any]) -> Decimal:
+    """The spend a generation's broker accounted: each call's accounted USD, or its
+    reservation when usage was unknown (an unknown request keeps its reservation)."""
+    total = Decimal(0)
+    for call in record.get("model_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        amount = _money(call.get("accounted_usd"))
+        if amount is None:
+            amount = _money(call.get("reserved_usd"))
+        total += amount or Decimal(0)
+    return total
+
+
+# ---------------------------------------------------------------- the audit
+
+
+@dataclass
+class _Audit:
+    name: str
+    paths: LineagePaths
+    findings: list[Finding] = field(default_factory=list)
+    generations: int = 0
+    observations: int = 0
+    commits: int = 0
+
+    def find(self, code: str, generation: int | None = None) -> None:
+        self.findings.append(Finding(code, self.name, generation))
+
+    # -- lineage repository -------------------------------------------------
+
+    def lineage(self) -> tuple[pygit2.Repository, list[pygit2.Commit], dict[str, Any] | None]:
+        if not self.paths.git_dir.exists():
+            raise HistoryUnreadable("no lineage git dir")
+        repo = pygit2.Repository(str(self.paths.git_dir))
+        head = _branch_head(repo, self.paths.branch)
+        if head is None:
+            raise HistoryUnreadable("no lineage branch")
+        chain = _first_parent_chain(repo, head)
+        self.commits = len(chain)
+        return repo, chain, self._root(repo, chain[0])
+
+    def _root(self, repo: pygit2.Repository, root: pygit2.Commit) -> dict[str, Any] | None:
+        if _subject(root) != formats.SEED_SUBJECT:
+            self.find("root-subject")
+        raw = _blob_bytes(repo, _blob_id(root.tree, METADATA_FILE))
+        if raw is None:
+            self.find("lineage-metadata-missing")
+            return None
+        try:
+            metadata = _strict_json(raw)
+        except ValueError:
+            metadata = None
+        if not _lineage_metadata_valid(metadata):
+            self.find("lineage-metadata-invalid")
+            return None
+        assert isinstance(metadata, dict)
+        organism = _blob_bytes(repo, _blob_id(root.tree, ORGANISM_FILE))
+        if organism is None or hashlib.sha256(organism).hexdigest() != metadata["seed_sha256"]:
+            self.find("seed-mismatch")
+        return metadata
+
+    def walk(
+        self, repo: pygit2.Repository, chain: list[pygit2.Commit]
+    ) -> dict[int, tuple[pygit2.Oid, str | None]]:
+        """Every generation commit, checked against its parent. Returns n -> (id, status)."""
+        generations: dict[int, tuple[pygit2.Oid, str | None]] = {}
+        organisms = [_blob_id(commit.tree, ORGANISM_FILE) for commit in chain]
+        metadata = _blob_id(chain[0].tree, METADATA_FILE)
+        count = 0
+        for index, commit in enumerate(chain[1:], start=1):
+            parent = chain[index - 1]
+            subject = _subject(commit)
+            generation = formats.is_generation_subject(subject)
+            if generation:
+                count += 1
+            number = count if generation else None
+            if _blob_id(commit.tree, METADATA_FILE) != metadata:
+                self.find("metadata-changed", number)
+            if number is None:
+                continue
+            parsed = formats.parse_generation_subject(subject)
+            if parsed is None or parsed.number != number:
+                self.find("generation-number", number)
+            status = parsed.status if parsed is not None else None
+            if parsed is not None and status is None:
+                self.find("generation-subject", number)
+            generations[number] = (commit.id, status)
+            self._journal_append(repo, parent, commit, number, status)
+            changed = self._changed_paths(parent, commit)
+            if any(".git" in path.split("/") for path in changed):
+                self.find("git-path-added", number)
+            if status == "died":
+                if not changed <= _DEATH_MAY_CHANGE:
+                    self.find("death-kept-writes", number)
+                if organisms[index] != restored_organism(organisms, index - 1):
+                    self.find("restore-mismatch", number)
+        self.generations = count
+        return generations
+
+    @staticmethod
+    def _changed_paths(parent: pygit2.Commit, commit: pygit2.Commit) -> set[str]:
+        paths: set[str] = set()
+        for delta in parent.tree.diff_to_tree(commit.tree).deltas:
+            paths.add(delta.new_file.path)
+            paths.add(delta.old_file.path)
+        return paths
+
+    def _journal_append(
+        self, repo: pygit2.Repository, parent: pygit2.Commit, commit: pygit2.Commit,
+        number: int, status: str | None,
+    ) -> None:
+        before = _blob_bytes(repo, _blob_id(parent.tree, JOURNAL_FILE)) or b""
+        after = _blob_bytes(repo, _blob_id(commit.tree, JOURNAL_FILE)) or b""
+        if not after.startswith(before):
+            self.find("journal-not-append", number)
+            return
+        added = formats.parse_journal(after[len(before):].decode("utf-8", errors="replace"))
+        own = [heading for heading in added if heading.number == number]
+        if len(added) != 1 or not own:
+            self.find("journal-entry-missing", number)
+        elif status is not None and own[0].status != status:
+            self.find("journal-status-mismatch", number)
+
+    def journal_headings(self, repo: pygit2.Repository, head: pygit2.Commit) -> None:
+        text = (_blob_bytes(repo, _blob_id(head.tree, JOURNAL_FILE)) or b"").decode(
+            "utf-8", errors="replace"
+        )
+        numbers = [heading.number for heading in formats.parse_journal(text)]
+        expected = list(range(1, self.generations + 1))
+        if numbers != expected:
+            first = next(
+                (want for got, want in zip(numbers, expected, strict=False) if got != want),
+                min(len(numbers), len(expected)) + 1,
+            )
+            self.find("journal-headings", first)
+
+    # -- observation repository ----------------------------------------------
+
+    def observation_repo(self) -> tuple[pygit2.Repository, list[pygit2.Commit]] | None:
+        if not self.paths.observations.exists():
+            self.find("observations-missing")
+            return None
+        found = pygit2.discover_repository(str(self.paths.observations))
+        if found is None:
+            self.find("observations-missing")
+            return None
+        repo = pygit2.Repository(found)
+        head = _branch_head(repo, self.paths.observation_branch)
+        if head is None:
+            self.find("observations-missing")
+            return None
+        return repo, _first_parent_chain(repo, head)
+
+    def observation_metadata(
+        self, repo: pygit2.Repository, head: pygit2.Commit, lineage_metadata: dict[str, Any] | None
+    ) -> None:
+        raw = _blob_bytes(repo, _blob_id(head.tree, "metadata.json"))
+        if raw is None:
+            self.find("observation-metadata-missing")
+            return
+        try:
+            metadata = _strict_json(raw)
+        except ValueError:
+            metadata = None
+        if not _observation_metadata_valid(metadata):
+            self.find("observation-metadata-invalid")
+            return
+        assert isinstance(metadata, dict)
+        if (metadata["lineage_branch"], metadata["observation_branch"]) != (
+            self.paths.branch, self.paths.observation_branch,
+        ):
+            self.find("observation-branch-mismatch")
+        if lineage_metadata is not None and any(
+            metadata[key] != lineage_metadata[key] for key in _INSTRUMENT_KEYS
+        ):
+            self.find("metadata-disagree")
+
+    def observation_history(self, repo: pygit2.Repository, chain: list[pygit2.Commit]) -> None:
+        """Observations are appended, never edited or removed."""
+        for index, commit in enumerate(chain[1:], start=1):
+            deltas = chain[index - 1].tree.diff_to_tree(commit.tree).deltas
+            rewritten = sorted(
+                delta.old_file.path
+                for delta in deltas
+                if delta.status != pygit2.enums.DeltaStatus.ADDED
+                and (delta.old_file.path == "metadata.json"
+                     or formats.parse_observation_path(delta.old_file.path) is not None)
+            )
+            if rewritten:
+                self.find("observation-rewritten",
+                          formats.parse_observation_path(rewritten[0]))
+
+    def observation_files(
+        self, repo: pygit2.Repository, head: pygit2.Commit
+    ) -> dict[int, list[bytes]]:
+        files: dict[int, list[bytes]] = {}
+        if "generations" not in head.tree or head.tree["generations"].type_str != "tree":
+            return files
+        folder = repo[head.tree["generations"].id]
+        assert isinstance(folder, pygit2.Tree)
+        for entry in folder:
+            number = formats.parse_observation_path(f"generations/{entry.name}")
+            if number is None or entry.type_str != "blob":
+                continue
+            files.setdefault(number, []).append(_blob_bytes(repo, entry.id) or b"")
+        return files
+
+    def observations_against(
+        self,
+        lineage_repo: pygit2.Repository,
+        head: pygit2.Oid,
+        generations: dict[int, tuple[pygit2.Oid, str | None]],
+        files: dict[int, list[bytes]],
+    ) -> None:
+        self.observations = sum(len(found) for found in files.values())
+        for number in sorted(set(files) - set(generations)):
+            self.find("observation-extra", number)
+        for number, (commit_id, status) in sorted(generations.items()):
+            found = files.get(number, [])
+            if not found:
+                self.find("observation-missing", number)
+                continue
+            if len(found) > 1:
+                self.find("observation-duplicate", number)
+            self._observation(lineage_repo, head, number, commit_id, status, found[0])
+
+    def _observation(
+        self, repo: pygit2.Repository, head: pygit2.Oid, number: int,
+        commit_id: pygit2.Oid, status: str | None, raw: bytes,
+    ) -> None:
+        try:
+            record = _strict_json(raw)
+        except ValueError:
+            record = None
+        if not observation_valid(record, number):
+            self.find("observation-invalid", number)
+            if not isinstance(record, dict) or not isinstance(record.get("lineage_commit"), str):
+                return
+        assert isinstance(record, dict)
+        named = record["lineage_commit"]
+        if named != str(commit_id):
+            if self._ancestor(repo, head, named):
+                self.find("observation-commit-mismatch", number)
+            else:
+                self.find("rewritten-history", number)
+        outcome = record.get("outcome")
+        if (
+            isinstance(outcome, str)
+            and status is not None
+            and formats.status_of_outcome(outcome) not in (None, status)
+        ):
+            self.find("observation-status-mismatch", number)
+        budget = _budget(record)
+        if budget is not None and accounted_spend(record) > budget:
+            self.find("overspend", number)
+
+    @staticmethod
+    def _ancestor(repo: pygit2.Repository, head: pygit2.Oid, named: str) -> bool:
+        if not _OBJECT_ID.match(named):
+            return False
+        try:
+            oid = pygit2.Oid(hex=named)
+            if not isinstance(repo.get(oid), pygit2.Commit):
+                return False
+            return oid == head or bool(repo.descendant_of(head, oid))
+        except (ValueError, KeyError, pygit2.GitError):
+            return False
+
+
+def _run(audit: _Audit) -> None:
+    repo, chain, metadata = audit.lineage()
+    generations = audit.walk(repo, chain)
+    audit.journal_headings(repo, chain[-1])
+    observed = audit.observation_repo()
+    if observed is None:
+        return
+    obs_repo, obs_chain = observed
+    head = obs_chain[-1]
+    audit.observation_metadata(obs_repo, head, metadata)
+    audit.observation_history(obs_repo, obs_chain)
+    files = audit.observation_files(obs_repo, head)
+    audit.observations_against(repo, chain[-1].id, generations, files)
+
+
+def exception_class_name(error: BaseException) -> str | None:
+    """Only an exception's class name, and only if it looks like one."""
+    name = type(error).__name__
+    return name if IDENTIFIER.match(name) else None
+
+
+IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+
+
+def audit_lineage(paths: LineagePaths, name: str | None = None) -> LineageAudit:
+    """Audit one lineage's whole history. Never raises: unreadable -> ``unknown``."""
+    lineage = name if name is not None else paths.name
+    started = time.monotonic()
+    audit = _Audit(lineage, paths)
+    try:
+        _run(audit)
+    except Exception as error:  # unknown is not guilty: no partial accusation survives
+        return LineageAudit(
+            lineage, "unknown", duration_ms=_elapsed_ms(started),
+            exception_class=exception_class_name(error),
+        )
+    findings = tuple(dict.fromkeys(audit.findings))  # stable, deduplicated
+    return LineageAudit(
+        lineage,
+        "findings" if findings else "consistent",
+        generations=audit.generations,
+        observations=audit.observations,
+        commits=audit.commits,
+        findings=findings,
+        duration_ms=_elapsed_ms(started),
+    )
+
+
+def audit_lineages(items: Iterable[tuple[str, LineagePaths]]) -> list[LineageAudit]:
+    return [audit_lineage(paths, name) for name, paths in items]
+
+
+def _elapsed_ms(started: float) -> int:
+    return max(0, int((time.monotonic() - started) * 1000))
