@@ -1,0 +1,520 @@
+"""The loader: spec files and folders -> validated, path-resolved ``LoadedSpec`` values.
+
+Reads files and nothing else. Every problem in every file is collected and
+raised at once as one ``SpecError`` (each ``FILE:LINE:COL: field.path: message``,
+taken from the YAML node of the offending value, or the key for an unknown
+key, or the mapping for a missing field). This module never raises anything
+else: foreign errors (OSError, ruamel.yaml, pydantic, decoding) are translated
+here, at the boundary.
+
+YAML is parsed with ruamel.yaml's safe schema (YAML 1.2; no Python tags),
+composed to nodes first so that every value keeps its position, then
+constructed to plain Python values for the models in ``reconciler.spec``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import typing
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
+
+from reconciler import units
+from reconciler.errors import Problem, SpecError
+from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
+from reconciler.spec import API_VERSION, KIND, LineageSpec
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+# --- the result ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """One validated lineage spec, with every storage path absolute and defaults filled."""
+
+    spec: LineageSpec
+    file: Path
+    document_index: int
+    line: int
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.metadata.name
+
+    def paths(self) -> LineagePaths:
+        storage = self.spec.spec.storage
+        assert storage.path and storage.git_dir and storage.observations  # filled by the loader
+        assert storage.branch and storage.observation_branch
+        return LineagePaths(
+            worktree=storage.path,
+            git_dir=storage.git_dir,
+            observations=storage.observations,
+            branch=storage.branch,
+            observation_branch=storage.observation_branch,
+        )
+
+    def model(self) -> ModelConfig:
+        model = self.spec.spec.model
+        return ModelConfig(
+            provider=model.provider,
+            name=model.name,
+            price=model.resolved_price(),
+            base_url=model.base_url,
+            api_key_env=model.api_key_env,
+            replay_dir=model.replay,
+            max_output_tokens=model.max_output_tokens,
+            max_prompt_bytes=model.max_prompt_bytes,
+            request_timeout_seconds=model.request_timeout,
+            budget_usd=model.budget_usd,
+        )
+
+    def ceilings(self) -> Ceilings:
+        c = self.spec.spec.ceilings
+        return Ceilings(
+            wall_seconds=c.wall,
+            cpu_seconds=c.cpu,
+            memory_bytes=c.memory,
+            swap_bytes=c.swap,
+            tasks=c.tasks,
+            worktree_bytes=c.worktree,
+            worktree_files=c.worktree_files,
+            tmp_bytes=c.tmp,
+            run_bytes=c.run,
+            enforcement=c.enforcement,
+        )
+
+    @property
+    def instrument_pin(self) -> str | None:
+        return self.spec.spec.instrument.commit
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE`` of the document, for messages."""
+        return f"{self.file}:{self.line}"
+
+
+def state_dir(explicit: Path | None = None) -> Path:
+    """Where lineages live by default: ``--state-dir``, ``OURO_STATE_DIR``, XDG data home."""
+    if explicit is not None:
+        base = Path(explicit)
+    elif os.environ.get("OURO_STATE_DIR"):
+        base = Path(os.environ["OURO_STATE_DIR"])
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        data_home = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local/share"
+        base = data_home / "ouro" / "lineages"
+    return Path(os.path.abspath(base.expanduser()))
+
+
+_resolve_state_dir = state_dir
+
+
+# --- reading files ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Source:
+    shown: str  # the file as the user named it (what problems print)
+    path: Path  # absolute
+
+
+@dataclass
+class _Document:
+    source: _Source
+    index: int
+    node: Node
+    spec: LineageSpec
+
+
+def _problem(shown: str, line: int, column: int, field: str, message: str) -> Problem:
+    return Problem(file=shown, line=max(1, line), column=max(1, column), field=field,
+                   message=message)
+
+
+def _collect(paths: Sequence[Path], problems: list[Problem]) -> list[_Source]:
+    """Files named, and every *.yaml/*.yml below folders named (sorted; hidden names skipped)."""
+    sources: list[_Source] = []
+    seen: set[str] = set()
+
+    def add(shown: Path) -> None:
+        absolute = Path(os.path.abspath(shown))
+        key = os.path.realpath(absolute)
+        if key not in seen:
+            seen.add(key)
+            sources.append(_Source(str(shown), absolute))
+
+    for given in paths:
+        given = Path(given)
+        try:
+            if given.is_dir():
+                found: list[Path] = []
+                for root, dirs, files in os.walk(given, followlinks=False):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                    found.extend(
+                        Path(root) / name
+                        for name in files
+                        if name.endswith(SPEC_SUFFIXES)
+                        and not name.startswith(".")
+                        and (Path(root) / name).is_file()
+                    )
+                if not found:
+                    problems.append(_problem(str(given), 1, 1, "",
+                                             "no *.yaml or *.yml spec files in this folder"))
+                for path in sorted(found):
+                    add(path)
+            elif given.exists():
+                add(given)
+            else:
+                problems.append(_problem(str(given), 1, 1, "", "no such file or folder"))
+        except (OSError, ValueError) as error:
+            problems.append(_problem(str(given), 1, 1, "", f"cannot read: {error}"))
+    return sources
+
+
+def _read_text(source: _Source, problems: list[Problem]) -> str | None:
+    try:
+        data = source.path.read_bytes()
+    except OSError as error:
+        problems.append(_problem(source.shown, 1, 1, "",
+                                 f"cannot read: {error.strerror or error}"))
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        problems.append(_problem(
+            source.shown, line, column, "",
+            f"not UTF-8 text: byte 0x{data[error.start]:02x} cannot be decoded "
+            "(specs are UTF-8)",
+        ))
+        return None
+    return text.removeprefix("\ufeff")
+
+
+def _position_of_offset(text: str, offset: int) -> tuple[int, int]:
+    offset = max(0, min(offset, len(text)))
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _yaml_problem(source: _Source, text: str, error: Exception) -> Problem:
+    if isinstance(error, MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        what = " ".join(str(part) for part in (error.context, error.problem) if part)
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        return _problem(source.shown, line, column, "", f"YAML syntax error: {what or error}")
+    if isinstance(error, ReaderError):
+        line, column = _position_of_offset(text, error.position)
+        return _problem(source.shown, line, column, "",
+                        f"YAML cannot contain character {error.character!r} "
+                        "(control characters are not allowed)")
+    if isinstance(error, RecursionError):
+        return _problem(source.shown, 1, 1, "", "YAML nested too deeply to read")
+    if isinstance(error, YAMLError):
+        return _problem(source.shown, 1, 1, "", f"YAML error: {error}")
+    return _problem(source.shown, 1, 1, "",
+                    f"YAML cannot be read ({type(error).__name__}: {error})")
+
+
+def _mark(node: Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _duplicate_keys(source: _Source, root: Node, problems: list[Problem]) -> None:
+    """Duplicate keys in any mapping (YAML forbids them; a silent overwrite hides a typo)."""
+    visited: set[int] = set()
+    stack: list[tuple[Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, MappingNode):
+            first: dict[str, Node] = {}
+            for key, value in node.value:
+                if isinstance(key, ScalarNode) and key.tag != _MERGE_TAG:
+                    name = str(key.value)
+                    field = f"{path}.{name}" if path else name
+                    if name in first:
+                        line, column = _mark(first[name])
+                        problems.append(_problem(
+                            source.shown, *_mark(key), field,
+                            f"duplicate key (first at line {line}, column {column})",
+                        ))
+                    else:
+                        first[name] = key
+                    stack.append((value, field))
+                else:
+                    stack.append((value, path))
+        elif isinstance(node, SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+
+
+def _documents(source: _Source, text: str, problems: list[Problem]) -> Iterator[
+    tuple[int, Node, Any]
+]:
+    """(index, node, plain value) for every non-empty document of one file."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.allow_duplicate_keys = True  # reported by _duplicate_keys, with both positions
+    count = 0
+    nodes = yaml.compose_all(text)
+    index = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        while True:
+            try:
+                node = next(nodes)
+            except StopIteration:
+                break
+            except Exception as error:  # ruamel raises more than YAMLError on odd input
+                problems.append(_yaml_problem(source, text, error))
+                return
+            index += 1
+            if node is None or (isinstance(node, ScalarNode)
+                                and str(node.tag).endswith(":null")
+                                and node.value in ("", "~", "null", "Null", "NULL")):
+                continue  # an empty document: `---` with nothing after it
+            count += 1
+            _duplicate_keys(source, node, problems)
+            try:
+                value = yaml.constructor.construct_document(node)
+            except Exception as error:
+                problems.append(_yaml_problem(source, text, error))
+                continue
+            yield index - 1, node, value
+    if count == 0:
+        problems.append(_problem(source.shown, 1, 1, "",
+                                 "empty: no spec document in this file"))
+
+
+# --- positions and messages --------------------------------------------------------
+
+
+def _locate(node: Node, loc: Sequence[Any], *, key: bool) -> tuple[int, int]:
+    """The position of ``loc`` under ``node``: its key or value, else the nearest mapping."""
+    current = node
+    for depth, part in enumerate(loc):
+        last = depth == len(loc) - 1
+        if isinstance(current, MappingNode):
+            pair = _find_pair(current, str(part))
+            if pair is None:
+                return _mark(current)
+            current = pair[0] if (last and key) else pair[1]
+        elif isinstance(current, SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(current.value):
+                return _mark(current)
+            current = current.value[part]
+        else:
+            return _mark(current)
+    return _mark(current)
+
+
+def _find_pair(mapping: MappingNode, name: str) -> tuple[Node, Node] | None:
+    merged: list[Node] = []
+    for key, value in mapping.value:
+        if isinstance(key, ScalarNode):
+            if key.tag == _MERGE_TAG:
+                merged.extend(value.value if isinstance(value, SequenceNode) else [value])
+            elif str(key.value) == name:
+                return key, value
+    for other in merged:
+        if isinstance(other, MappingNode):
+            found = _find_pair(other, name)
+            if found is not None:
+                return found
+    return None
+
+
+def _dotted(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    model: type[BaseModel] = LineageSpec
+    for part in loc:
+        annotation = next(
+            (f.annotation for n, f in model.model_fields.items() if (f.alias or n) == part),
+            None,
+        )
+        candidates = [annotation, *typing.get_args(annotation)]
+        found = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not found:
+            return None
+        model = found[0]
+    return model
+
+
+def _message(error: Any) -> str:
+    kind, loc, message = error["type"], error["loc"], str(error["msg"])
+    given = error.get("input")
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    if kind == "missing":
+        return "required, but missing"
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown field{hint} (allowed here: {', '.join(allowed)})"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"must be a mapping, not {units.describe(given)}"
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return f"must be {expected}, not {units.describe(given)}"
+    return f"{message[:1].lower()}{message[1:]} (got {units.describe(given)})"
+
+
+# --- validation ---------------------------------------------------------------------
+
+
+def _validate(source: _Source, index: int, node: Node, value: Any,
+              problems: list[Problem]) -> LineageSpec | None:
+    shown = source.shown
+    if not isinstance(value, dict):
+        problems.append(_problem(
+            shown, *_mark(node), "",
+            "a spec document is a mapping with apiVersion, kind, metadata and spec, not "
+            f"{units.describe(value)}",
+        ))
+        return None
+    header_problems = len(problems)
+    for field, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if field not in value:
+            problems.append(_problem(shown, *_mark(node), field,
+                                     f"required, but missing (this file must say {field}: "
+                                     f"{expected})"))
+        elif value[field] != expected:
+            problems.append(_problem(shown, *_locate(node, (field,), key=False), field,
+                                     f"must be {expected}, not {units.describe(value[field])}"))
+    if len(problems) > header_problems:
+        return None  # not an ouro spec: its other fields would only be noise
+    try:
+        return LineageSpec.model_validate(value, context={"base_dir": source.path.parent})
+    except ValidationError as error:
+        for detail in error.errors(include_url=False):
+            loc = detail["loc"]
+            where = _locate(node, loc, key=detail["type"] == "extra_forbidden")
+            problems.append(_problem(shown, *where, _dotted(loc), _message(detail)))
+    except Exception as error:  # a bug in a validator must still not be a traceback
+        problems.append(_problem(
+            shown, *_mark(node), "",
+            f"internal error while validating ({type(error).__name__}: {error}); "
+            "this is a bug in ouro",
+        ))
+    return None
+
+
+def _absolute(base: Path, path: Path) -> Path:
+    return Path(os.path.abspath(base / path))
+
+
+def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
+    spec = document.spec
+    base = document.source.path.parent
+    storage, model = spec.spec.storage, spec.spec.model
+    path = _absolute(base, storage.path) if storage.path else default_dir / spec.name
+    branch = storage.branch or f"lineage-{spec.name}"
+    resolved_storage = storage.model_copy(update={
+        "path": path,
+        "git_dir": _absolute(base, storage.git_dir) if storage.git_dir
+        else path.with_name(path.name + ".git"),
+        "observations": _absolute(base, storage.observations) if storage.observations
+        else path.with_name(path.name + ".observations"),
+        "branch": branch,
+        "observation_branch": storage.observation_branch or f"observations/{branch}",
+    })
+    resolved_model = model.model_copy(
+        update={"replay": _absolute(base, model.replay) if model.replay else None}
+    )
+    canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False)
+    return LoadedSpec(
+        spec=spec.model_copy(update={"spec": spec.spec.model_copy(
+            update={"storage": resolved_storage, "model": resolved_model})}),
+        file=document.source.path,
+        document_index=document.index,
+        line=_mark(document.node)[0],
+        sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+    )
+
+
+def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
+                  problems: list[Problem]) -> None:
+    """Names are unique in a run; no two lineages (or one lineage's places) share a place."""
+    names: dict[str, tuple[_Document, tuple[int, int]]] = {}
+    places: dict[Path, tuple[str, str]] = {}
+    for document, spec in zip(documents, loaded, strict=True):
+        where = _locate(document.node, ("metadata", "name"), key=False)
+        if spec.name in names:
+            first, (line, column) = names[spec.name]
+            problems.append(_problem(
+                document.source.shown, *where, "metadata.name",
+                f"lineage {spec.name!r} is already defined at "
+                f"{first.source.shown}:{line}:{column}; names must be unique",
+            ))
+            continue
+        names[spec.name] = (document, where)
+        paths = spec.paths()
+        for field, place in (("path", paths.worktree), ("git_dir", paths.git_dir),
+                             ("observations", paths.observations)):
+            owner = f"{document.source.shown}:{where[0]}:{where[1]}"
+            if place in places:
+                other_name, other_owner = places[place]
+                other = "its own storage" if other_name == spec.name else (
+                    f"lineage {other_name!r} ({other_owner})")
+                problems.append(_problem(
+                    document.source.shown,
+                    *_locate(document.node, ("spec", "storage", field), key=False),
+                    f"spec.storage.{field}", f"{place} is already used by {other}",
+                ))
+            else:
+                places[place] = (spec.name, owner)
+
+
+def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[LoadedSpec]:
+    """Load, validate and resolve every spec under ``paths``; all problems or none.
+
+    Raises ``SpecError`` listing every problem (``FILE:LINE:COL: field: message``).
+    """
+    problems: list[Problem] = []
+    documents: list[_Document] = []
+    if not paths:
+        raise SpecError([_problem("-", 1, 1, "", "no spec file or folder given")])
+    for source in _collect(paths, problems):
+        text = _read_text(source, problems)
+        if text is None:
+            continue
+        for index, node, value in _documents(source, text, problems):
+            spec = _validate(source, index, node, value, problems)
+            if spec is not None:
+                documents.append(_Document(source, index, node, spec))
+    default_dir = _resolve_state_dir(state_dir)
+    loaded = [_resolve(document, default_dir) for document in documents]
+    _check_unique(documents, loaded, problems)
+    if problems:
+        raise SpecError(problems)
+    return loaded

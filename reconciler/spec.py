@@ -1,0 +1,480 @@
+"""The spec language: pydantic models of one lineage spec, its units and rules.
+
+No I/O except one check: a ``replay`` folder must exist (relative to the
+spec file's folder, given as the validation context ``{"base_dir": Path}``).
+Positions are the loader's business (``reconciler.load``); these models only
+say *which field* is wrong and *why*, in words a user can act on.
+
+Every model forbids unknown keys (a typo must not pass silently) and is
+strict (no silent ``"5"`` -> 5); the unit types below parse sizes, durations
+and money explicitly. Defaults equal the original instrument's
+(``reconciler.kernel.config``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from reconciler import prices, units
+from reconciler.kernel import config as kc
+from reconciler.kernel.identity import is_object_id
+
+API_VERSION = "ouro/v1"
+KIND = "Lineage"
+
+Provider = Literal["anthropic", "openai", "openai-compatible", "replay", "echo"]
+Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
+PAID_PROVIDERS = ("anthropic", "openai", "openai-compatible")
+DEFAULT_API_KEY_ENV: dict[str, str | None] = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": "OPENAI_API_KEY",
+    "openai-compatible": None,
+    "replay": None,
+    "echo": None,
+}
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODEL_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+# --- unit types ------------------------------------------------------------------
+
+Size = Annotated[
+    int,
+    BeforeValidator(units.parse_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": units.SIZE_PATTERN},
+            ],
+            "description": "bytes, or K/M/G/T (= KiB/MiB/GiB/TiB, powers of 1024)",
+        }
+    ),
+]
+Duration = Annotated[
+    int,
+    BeforeValidator(units.parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": units.DURATION_PATTERN},
+            ],
+            "description": "whole seconds, or e.g. 600s, 10m, 1h, 1h30m",
+        }
+    ),
+]
+Money = Annotated[
+    Decimal,
+    BeforeValidator(units.parse_money),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": units.MONEY_PATTERN},
+                {"type": "integer", "minimum": 0},
+            ],
+            "description": 'USD as a quoted decimal string, e.g. "1.00" (never a float)',
+        }
+    ),
+]
+
+
+def _to_path(value: Any) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"a path is a non-empty string, not {units.describe(value)}")
+    if "\x00" in value:
+        raise ValueError("a path cannot contain a NUL character")
+    try:
+        return Path(value).expanduser()
+    except RuntimeError as error:  # "~nobody/x": no such user
+        raise ValueError(f"cannot expand {value!r}: {error}") from error
+
+
+PathText = Annotated[
+    Path,
+    BeforeValidator(_to_path),
+    WithJsonSchema({"type": "string", "minLength": 1}),
+]
+
+
+def branch_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid git branch name (``git check-ref-format --branch``), or None."""
+    if not name:
+        return "a branch name cannot be empty"
+    if name == "@":
+        return "a branch name cannot be '@'"
+    if name == "HEAD":
+        return "a branch cannot be called HEAD"
+    if name.startswith("-"):
+        return "a branch name cannot start with '-'"
+    if name.startswith("/") or name.endswith("/"):
+        return "a branch name cannot start or end with '/'"
+    if name.endswith("."):
+        return "a branch name cannot end with '.'"
+    if ".." in name:
+        return "a branch name cannot contain '..'"
+    if "@{" in name:
+        return "a branch name cannot contain '@{'"
+    for char in name:
+        if ord(char) < 0x20 or ord(char) == 0x7F:
+            return "a branch name cannot contain control characters"
+        if char in " ~^:?*[\\":
+            return f"a branch name cannot contain {char!r}"
+    for component in name.split("/"):
+        if not component:
+            return "a branch name cannot contain '//' (an empty component)"
+        if component.startswith("."):
+            return f"a branch name component cannot start with '.' ({component!r})"
+        if component.endswith(".lock"):
+            return f"a branch name component cannot end with '.lock' ({component!r})"
+    return None
+
+
+def _branch(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"a branch name is a string, not {units.describe(value)}")
+    problem = branch_name_problem(value)
+    if problem:
+        raise ValueError(f"{value!r} is not a valid git branch name: {problem}")
+    return value
+
+
+BranchName = Annotated[
+    str | None,
+    BeforeValidator(_branch),
+    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]}),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --- the models -------------------------------------------------------------------
+
+
+class Metadata(_Strict):
+    name: str = Field(
+        description="lowercase letters, digits and '-' (a DNS label, at most 63 characters); "
+        "unique among the specs of one run"
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="free-form string labels, shown by plan and status"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid lineage name: use 1-63 lowercase letters, digits "
+                "and '-', not starting or ending with '-' (e.g. gpt-03)"
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _LABEL_KEY.match(key):
+                raise ValueError(
+                    f"label key {key!r}: use 1-63 letters, digits, '-', '_', '.', '/', "
+                    "starting and ending with a letter or digit"
+                )
+        return value
+
+
+class PriceSpec(_Strict):
+    input_usd_per_mtok: Money = Field(description="USD per million prompt tokens")
+    output_usd_per_mtok: Money = Field(description="USD per million output tokens")
+
+    def to_price(self) -> kc.Price:
+        return kc.Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
+
+
+class ModelSpec(_Strict):
+    provider: Provider = Field(description="anthropic | openai | openai-compatible | replay | echo")
+    name: str = Field(
+        description="the provider's model name; optional for replay and echo "
+        "(defaults to the provider's name)"
+    )
+    base_url: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="openai-compatible only, and required there: the server's API base URL, "
+        "e.g. http://127.0.0.1:11434/v1",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="environment variable holding the API key; defaults: ANTHROPIC_API_KEY "
+        "(anthropic), OPENAI_API_KEY (openai), null (openai-compatible: a keyless local "
+        "server); replay and echo take none",
+    )
+    replay: PathText | None = Field(
+        default=None,
+        validate_default=True,
+        description="replay only, and required there: a folder of response files (every "
+        "non-hidden file, in name order), relative to the spec file's folder",
+    )
+    max_output_tokens: int = Field(default=12000, ge=1, description="per request")
+    max_prompt_bytes: Size = Field(default=196608, ge=1, description="per request, in bytes")
+    request_timeout: Duration = Field(default=600, ge=1, description="per request")
+    budget_usd: Money = Field(
+        default=Decimal("1.00"),
+        validate_default=True,
+        description="hard spending limit per generation (USD); > 0 for paid providers",
+    )
+    price: PriceSpec | None = Field(
+        default=None,
+        validate_default=True,
+        description="USD per million tokens; required for models without a known price; "
+        "not allowed for replay and echo (they cost nothing)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_defaults(cls, data: Any) -> Any:
+        """Fill the per-provider defaults that depend on whether a key is present at all."""
+        if isinstance(data, dict):
+            provider = data.get("provider")
+            if isinstance(provider, str) and provider in DEFAULT_API_KEY_ENV:
+                data = dict(data)
+                if "api_key_env" not in data:
+                    data["api_key_env"] = DEFAULT_API_KEY_ENV[provider]
+                if "name" not in data and provider in kc.OFFLINE_PROVIDERS:
+                    data["name"] = provider
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _MODEL_NAME.match(value) or not value.strip():
+            raise ValueError("a model name is 1-200 printable characters")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider is None:
+            return value
+        if provider != "openai-compatible":
+            if value is not None:
+                raise ValueError(
+                    f"base_url is only for provider openai-compatible, not {provider}: remove it"
+                )
+            return value
+        if value is None:
+            raise ValueError(
+                "provider openai-compatible needs base_url, the server's API base, e.g. "
+                "http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8000/v1 (vLLM)"
+            )
+        try:
+            parts = urlsplit(value)
+            host = parts.hostname
+        except ValueError as error:
+            raise ValueError(f"{value!r} is not a URL: {error}") from error
+        if parts.scheme not in ("http", "https") or not host or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not an http(s) URL with a host")
+        return value.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env(cls, value: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider in kc.OFFLINE_PROVIDERS and value is not None:
+            raise ValueError(f"provider {provider} uses no API key: remove api_key_env")
+        if provider in ("anthropic", "openai") and value is None:
+            raise ValueError(
+                f"provider {provider} needs an API key: name the environment variable that "
+                f"holds it (default {DEFAULT_API_KEY_ENV[provider]}), or leave the field out"
+            )
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @field_validator("replay")
+    @classmethod
+    def _replay(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        provider = info.data.get("provider")
+        if provider is None:
+            return value
+        if provider != "replay":
+            if value is not None:
+                raise ValueError(f"replay is only for provider replay, not {provider}: remove it")
+            return value
+        if value is None:
+            raise ValueError(
+                "provider replay needs replay: a folder of response files, relative to the "
+                "spec file's folder"
+            )
+        context = info.context if isinstance(info.context, dict) else {}
+        base = context.get("base_dir")
+        folder = Path(os.path.normpath(value if value.is_absolute() or base is None
+                                       else Path(base) / value))
+        try:
+            exists, is_dir = folder.exists(), folder.is_dir()
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read the replay folder {str(folder)!r}: {error}") from error
+        if not exists:
+            raise ValueError(f"the replay folder {str(folder)!r} does not exist")
+        if not is_dir:
+            raise ValueError(f"{str(folder)!r} is not a folder")
+        return value
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _budget(cls, value: Decimal, info: ValidationInfo) -> Decimal:
+        provider = info.data.get("provider")
+        if provider in PAID_PROVIDERS and value <= 0:
+            raise ValueError(
+                f"budget_usd must be more than 0 for provider {provider} (it is the most a "
+                "generation may spend)"
+            )
+        return value
+
+    @field_validator("price")
+    @classmethod
+    def _price(cls, value: PriceSpec | None, info: ValidationInfo) -> PriceSpec | None:
+        provider, name = info.data.get("provider"), info.data.get("name")
+        if provider is None:
+            return value
+        if provider in kc.OFFLINE_PROVIDERS:
+            if value is not None:
+                raise ValueError(f"provider {provider} costs nothing: remove price")
+            return value
+        if value is None and name is not None and prices.known_price(provider, name) is None:
+            known = ", ".join(prices.known_models(provider)) or "none: a server states its own"
+            raise ValueError(
+                f"model {name!r} has no known price for provider {provider}: set price: "
+                '{input_usd_per_mtok: "...", output_usd_per_mtok: "..."} '
+                f"(known models: {known})"
+            )
+        return value
+
+    def resolved_price(self) -> kc.Price:
+        if self.price is not None:
+            return self.price.to_price()
+        known = prices.known_price(self.provider, self.name)
+        if known is None:  # validation makes this unreachable
+            raise ValueError(f"model {self.name!r} has no price")
+        return known
+
+
+class CeilingsSpec(_Strict):
+    wall: Duration = Field(default=600, ge=1, description="wall-clock limit of one generation")
+    cpu: Duration = Field(
+        default=120,
+        ge=1,
+        description="aggregate CPU seconds; enforced as a quota of cpu / wall (at least 1%)",
+    )
+    memory: Size = Field(default=1 << 30, ge=1, description="memory limit (MemoryMax)")
+    swap: Size = Field(default=0, ge=0, description="swap limit (MemorySwapMax)")
+    tasks: int = Field(default=64, ge=1, description="processes and threads (TasksMax)")
+    worktree: Size = Field(default=256 << 20, ge=1, description="size of the /work tmpfs")
+    worktree_files: int = Field(default=10000, ge=1, description="files a generation may publish")
+    tmp: Size = Field(default=64 << 20, ge=1, description="size of the /tmp tmpfs")
+    run: Size = Field(default=16 << 20, ge=1, description="size of the /run tmpfs")
+    enforcement: Enforcement = Field(
+        default="auto", description="auto | systemd | cgroup2 | cgroup1"
+    )
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_share(cls, value: int, info: ValidationInfo) -> int:
+        wall = info.data.get("wall")
+        if isinstance(wall, int) and value * 100 < wall:
+            raise ValueError(
+                f"cpu {units.format_duration(value)} is less than 1% of wall "
+                f"{units.format_duration(wall)}: the quota cpu / wall must be at least 1%"
+            )
+        return value
+
+
+class StorageSpec(_Strict):
+    path: PathText | None = Field(
+        default=None,
+        description="the lineage worktree; relative to the spec file's folder; "
+        "default <state dir>/<name>",
+    )
+    git_dir: PathText | None = Field(default=None, description="default <path>.git")
+    observations: PathText | None = Field(default=None, description="default <path>.observations")
+    branch: BranchName = Field(default=None, description="default lineage-<name>")
+    observation_branch: BranchName = Field(
+        default=None, description="default observations/<branch>"
+    )
+
+
+class InstrumentSpec(_Strict):
+    commit: str | None = Field(
+        default=None,
+        description="optional pin: refuse to plan or apply unless this instrument is this "
+        "commit (a full 40- or 64-hex id)",
+    )
+
+    @field_validator("commit")
+    @classmethod
+    def _full_id(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        lowered = value.strip().lower()
+        if not is_object_id(lowered):
+            raise ValueError(f"{value!r} is not a full 40- or 64-hex git commit id")
+        return lowered
+
+
+class LineageBody(_Strict):
+    generations: int = Field(ge=0, description="the desired TOTAL number of generations")
+    model: ModelSpec
+    ceilings: CeilingsSpec = Field(default_factory=CeilingsSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    instrument: InstrumentSpec = Field(default_factory=InstrumentSpec)
+
+
+class LineageSpec(_Strict):
+    """One lineage: ``apiVersion: ouro/v1``, ``kind: Lineage``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        title="ouro lineage spec (ouro/v1)",
+        json_schema_extra={"$id": "https://ouro.invalid/schema/ouro-v1-lineage.json"},
+    )
+
+    api_version: Literal["ouro/v1"] = Field(alias="apiVersion")
+    kind: Literal["Lineage"]
+    metadata: Metadata
+    spec: LineageBody
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one spec document (what ``ouro schema`` prints)."""
+    schema = LineageSpec.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
