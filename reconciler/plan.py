@@ -13,7 +13,7 @@ module that reads repositories.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol
@@ -171,6 +171,7 @@ class LineagePlan:
     spec_sha256: str = ""
     notes: tuple[str, ...] = ()  # warnings that do not change the action (dirty worktree, ...)
     interrupted: str | None = None  # roll-forward | discard | cleanup
+    branches: dict[str, str] = field(default_factory=dict)  # {"lineage": .., "observation": ..}
 
     @property
     def pending(self) -> bool:
@@ -365,15 +366,20 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
         notes.append(f"uncommitted edits in the worktree ({shown}): apply commits them "
                      "as `external edit` before the next generation")
 
+    # What could be read is reported even when the lineage is refused.
+    changes = changes_against(spec, observed.last_observation)
+
     def result(action: Action, message: str, *, reason: Reason | None = None,
-               missing: int = 0, changes: Iterable[Change] = ()) -> LineagePlan:
+               missing: int = 0) -> LineagePlan:
         return LineagePlan(
             name=name, action=action, reason=reason, message=message,
             observed_generations=have, desired_generations=desired,
             missing_generations=missing, max_spend_usd=_spend(missing, model),
-            changes=tuple(changes), heads=heads, spec_sha256=spec.sha256,
+            changes=changes, heads=heads, spec_sha256=spec.sha256,
             notes=tuple(notes),
             interrupted=observed.interrupted.kind if observed.interrupted else None,
+            branches={"lineage": observed.paths.branch,
+                      "observation": observed.paths.observation_branch},
         )
 
     pinned = _pin(spec, observed, instrument)
@@ -390,27 +396,26 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
         message = check(spec, observed, instrument)
         if message:
             return result("refuse", message, reason=reason)
-    changes = changes_against(spec, observed.last_observation)
     if observed.interrupted is not None:
         after = have + (1 if observed.interrupted.kind == "roll-forward" else 0)
         missing = max(0, desired - after)
         return result(
             "recover",
             f"lineage {name}: {observed.interrupted.detail}; then {missing} more generation(s)",
-            missing=missing, changes=changes,
+            missing=missing,
         )
     if have < desired:
         return result(
             "extend", f"lineage {name}: {have} of {desired} generations; apply runs "
-            f"{desired - have} more", missing=desired - have, changes=changes,
+            f"{desired - have} more", missing=desired - have,
         )
     if have == desired:
         return result("in-sync", f"lineage {name}: {have} of {desired} generations, "
-                      "nothing to do", changes=changes)
+                      "nothing to do")
     notes.append("history is never removed: lower-than-observed targets are only reported")
     return result(
         "ahead", f"lineage {name}: {have} generations, more than the {desired} the spec "
-        "asks for; nothing to do", changes=changes,
+        "asks for; nothing to do",
     )
 
 

@@ -1,9 +1,87 @@
-"""CLI: `ouro plan` (placeholder until its issue lands)."""
+"""CLI: `ouro plan` (what apply would do, changing nothing) and `ouro status`.
+
+Thin by rule: load specs, observe, plan, render, exit code. Plan never writes
+anything but the plan file it is asked for (``-o``).
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from reconciler.errors import OuroError
+
+PathsArgument = Annotated[
+    list[Path], typer.Argument(help="spec files or folders (all *.yaml / *.yml under them)")
+]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="default folder of lineages (else OURO_STATE_DIR, "
+                 "else the XDG data home's ouro/lineages)"),
+]
+
+
+def plan_command(
+    paths: PathsArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="print a versioned JSON document")]
+    = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="print a pull-request comment")]
+    = False,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="save the plan for apply")]
+    = None,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
+    from reconciler import instrument
+    from reconciler.load import load_specs
+    from reconciler.observe import observe
+    from reconciler.plan import make_plan
+    from reconciler.planfile import save_plan
+    from reconciler.render import plan_json, plan_markdown, print_plan
+
+    if as_json and markdown:
+        raise OuroError("ouro plan: --json and --markdown cannot be used together")
+    specs = load_specs(paths, state_dir=state_dir)
+    identity = instrument.current()
+    plan = make_plan([(spec, observe(spec.paths())) for spec in specs], identity)
+    if out is not None:
+        save_plan(plan, out, specs)
+    if as_json:
+        sys.stdout.write(plan_json(plan))
+    elif markdown:
+        sys.stdout.write(plan_markdown(plan))
+    else:
+        print_plan(plan)
+    # SystemExit, not typer.Exit: the app runs with standalone_mode=False, which turns
+    # typer.Exit into a return value that main() does not pass on.
+    raise SystemExit(plan.exit_code)
+
+
+def status_command(
+    paths: PathsArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="print a versioned JSON document")]
+    = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """What each lineage is now: generations, outcomes, deaths, spend, journal, heads."""
+    from reconciler.load import load_specs
+    from reconciler.observe import observe, read_status
+    from reconciler.render import StatusLine, print_status, status_json
+
+    specs = load_specs(paths, state_dir=state_dir)
+    lines = []
+    for spec in specs:
+        lineage = spec.paths()
+        lines.append(StatusLine(spec.name, read_status(lineage, observe(lineage))))
+    if as_json:
+        sys.stdout.write(status_json(lines))
+    else:
+        print_status(lines)
 
 
 def register(app: typer.Typer) -> None:
-    del app
+    app.command("plan")(plan_command)
+    app.command("status")(status_command)

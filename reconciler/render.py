@@ -1,0 +1,237 @@
+"""Plans and status as text (terraform-plan style), JSON (stable, versioned) and markdown.
+
+No decisions here: everything shown was decided by ``reconciler.plan`` or read
+by ``reconciler.observe``. Colour only on a terminal (rich decides; ``NO_COLOR``
+is honoured). The JSON documents are versioned by ``format_version``: fields
+may be added, never renamed or dropped, without bumping it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import IO, Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from reconciler.observe import StatusReport
+from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MARKERS",
+    "StatusLine",
+    "plan_document",
+    "plan_json",
+    "plan_markdown",
+    "plan_text",
+    "print_plan",
+    "print_status",
+    "status_document",
+    "status_json",
+    "summary_line",
+]
+
+FORMAT_VERSION = 1
+MARKERS = {"create": "+", "extend": "~", "recover": "~", "in-sync": "=", "ahead": "=",
+           "refuse": "!"}
+_STYLES = {"create": "green", "extend": "yellow", "recover": "magenta", "in-sync": "dim",
+           "ahead": "cyan", "refuse": "bold red"}
+# Markdown shows refusals first: they are what a reviewer must act on.
+_MARKDOWN_ORDER = ("refuse", "recover", "create", "extend", "ahead", "in-sync")
+
+
+def _money(value: Decimal) -> str:
+    return f"${value:.2f}" if value == value.quantize(Decimal("0.01")) else f"${value}"
+
+
+def summary_line(plan: Plan) -> str:
+    counts = plan.counts
+    parts = [
+        f"{counts.get('create', 0)} to create",
+        f"{counts.get('extend', 0)} to extend",
+        f"{counts.get('recover', 0)} to recover",
+        f"{counts.get('in-sync', 0)} in sync",
+        f"{counts.get('ahead', 0)} ahead",
+        f"{counts.get('refuse', 0)} refused",
+    ]
+    return f"Plan: {', '.join(parts)}. Worst-case spend: {_money(plan.max_spend_usd)}"
+
+
+def _numbers(item: LineagePlan) -> str:
+    if item.action in ("create", "extend", "recover"):
+        return (f"{item.observed_generations} -> {item.desired_generations} generations "
+                f"(+{item.missing_generations}, up to {_money(item.max_spend_usd)})")
+    if item.action == "refuse":
+        return f"{item.observed_generations} generations observed"
+    return f"{item.observed_generations}/{item.desired_generations} generations"
+
+
+def _change_text(change: Change) -> str:
+    return f"{change.field}: {change.observed!r} -> {change.desired!r}"
+
+
+# ---------------------------------------------------------------- text
+
+
+def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
+    """The human plan as (line, style) pairs; ``print_plan`` writes them."""
+    lines: list[tuple[str, str | None]] = []
+    width = max((len(item.name) for item in plan.lineages), default=0)
+    for item in plan.lineages:
+        marker = MARKERS[item.action]
+        action = item.action + (f" ({item.reason})" if item.reason else "")
+        lines.append((f"  {marker} {item.name:<{width}}  {action:<12}  {_numbers(item)}",
+                      _STYLES[item.action]))
+        if item.action in ("refuse", "recover", "ahead"):
+            lines.append((f"      {item.message}", None))
+        for change in item.changes:
+            lines.append((f"      ~ {_change_text(change)}", "yellow"))
+        for note in item.notes:
+            lines.append((f"      note: {note}", "dim"))
+    if lines:
+        lines.append(("", None))
+    lines.append((summary_line(plan), "bold"))
+    return lines
+
+
+def _console(stream: IO[str] | None) -> Console:
+    return Console(file=stream, highlight=False, soft_wrap=True, emoji=False)
+
+
+def print_plan(plan: Plan, stream: IO[str] | None = None) -> None:
+    console = _console(stream)
+    for line, style in plan_text(plan):
+        console.print(escape(line), style=style)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _lineage_document(item: LineagePlan) -> dict[str, Any]:
+    return {
+        "name": item.name,
+        "action": item.action,
+        "reason": item.reason,
+        "message": item.message,
+        "observed_generations": item.observed_generations,
+        "desired_generations": item.desired_generations,
+        "missing_generations": item.missing_generations,
+        "max_spend_usd": str(item.max_spend_usd),
+        "changes": [
+            {"field": c.field, "observed": c.observed, "desired": c.desired}
+            for c in item.changes
+        ],
+        "heads": dict(item.heads),
+        "interrupted": item.interrupted,
+        "notes": list(item.notes),
+        "spec_sha256": item.spec_sha256,
+    }
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "ouro-plan",
+        "instrument": {"commit": plan.instrument.commit,
+                       "fingerprint": plan.instrument.fingerprint},
+        "summary": {
+            **{action: plan.counts.get(action, 0) for action in ACTIONS},
+            "max_spend_usd": str(plan.max_spend_usd),
+            "exit_code": plan.exit_code,
+        },
+        "lineages": [_lineage_document(item) for item in plan.lineages],
+    }
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_document(plan), indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def plan_markdown(plan: Plan) -> str:
+    out = ["### ouro plan", "", f"**{summary_line(plan)}**", "",
+           f"Instrument `{plan.instrument.commit[:12]}`.", ""]
+    for action in _MARKDOWN_ORDER:
+        items = [item for item in plan.lineages if item.action == action]
+        if not items:
+            continue
+        out.append(f"#### {MARKERS[action]} {action} ({len(items)})")
+        out.append("")
+        if action == "refuse":
+            out += ["| lineage | reason | observed | what to do |", "|---|---|---:|---|"]
+            out += [f"| `{_cell(i.name)}` | `{i.reason}` | {i.observed_generations} | "
+                    f"{_cell(i.message)} |" for i in items]
+        else:
+            out += ["| lineage | observed | desired | missing | worst-case spend | changes |",
+                    "|---|---:|---:|---:|---:|---|"]
+            out += [
+                f"| `{_cell(i.name)}` | {i.observed_generations} | {i.desired_generations} | "
+                f"{i.missing_generations} | {_money(i.max_spend_usd)} | "
+                f"{_cell('; '.join(_change_text(c) for c in i.changes)) or '—'} |"
+                for i in items
+            ]
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class StatusLine:
+    name: str
+    report: StatusReport
+
+
+def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "ouro-status",
+        "lineages": [
+            {
+                "name": line.name,
+                "generations": line.report.generations,
+                "observed_generations": line.report.observed_generations,
+                "outcomes": dict(line.report.outcomes),
+                "death_kinds": dict(line.report.death_kinds),
+                "accounted_usd": line.report.accounted_usd,
+                "last_journal_heading": line.report.last_journal_heading,
+                "heads": {"lineage": line.report.lineage_head,
+                          "observation": line.report.observation_head},
+                "problems": list(line.report.problems),
+            }
+            for line in lines
+        ],
+    }
+
+
+def status_json(lines: Sequence[StatusLine]) -> str:
+    return json.dumps(status_document(lines), indent=2, ensure_ascii=False) + "\n"
+
+
+def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> None:
+    console = _console(stream)
+    for line in lines:
+        report = line.report
+        outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
+        deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
+        console.print(escape(f"{line.name}: {report.generations} generations ({outcomes})"),
+                      style="bold")
+        if deaths:
+            console.print(escape(f"  deaths: {deaths}"))
+        console.print(escape(f"  accounted model spend: ${report.accounted_usd}"))
+        console.print(escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
+        console.print(escape(f"  heads: lineage {report.lineage_head or '—'}, "
+                             f"observations {report.observation_head or '—'}"))
+        for problem in report.problems:
+            console.print(escape(f"  problem: {problem}"), style="red")
