@@ -1,0 +1,492 @@
+"""Model providers behind the broker, and the one place failures are classified.
+
+Trusted harness; runs only inside the model broker process, which alone holds
+the API key. Rules:
+- ``classify`` is the only function that decides whether a failure is worth a
+  retry; everything else reads ``ProviderFailure.retryable``.
+- ``run_request`` is the only retry loop (tenacity: exponential backoff with
+  jitter, ``retry-after``/``retry-after-ms`` honoured, everything inside the
+  request timeout). Every attempt reserves its worst case in the ledger first
+  and is recorded, retried or not.
+- ``httpx`` is imported only by the HTTP providers, so offline brokers start fast.
+
+Wire formats: ``anthropic`` (Messages API), ``openai`` (Responses API),
+``openai-compatible`` (Chat Completions at a configured base URL); offline:
+``replay`` (a folder of responses, one per successful request, in name order,
+counted across the lineage) and ``echo`` (always an empty reply).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+import tenacity
+
+from .config import ModelConfig
+from .ledger import Ledger, Reservation, Usage
+
+__all__ = [
+    "DEFAULT_BASE_URLS",
+    "KEYED_PROVIDERS",
+    "Completion",
+    "Provider",
+    "ProviderFailure",
+    "RequestResult",
+    "classify",
+    "make_provider",
+    "parse_retry_after",
+    "replay_files",
+    "run_request",
+]
+
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
+KEYED_PROVIDERS = frozenset({"anthropic", "openai"})  # a key is required; optional elsewhere
+ANTHROPIC_VERSION = "2023-06-01"
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+# A 429 with one of these in its body is an exhausted account, not a rate limit.
+QUOTA_MARKERS = ("insufficient_quota", "quota", "billing", "spend limit", "spending limit",
+                 "credit balance", "usage limit")
+MAX_ATTEMPTS = 6
+MIN_ATTEMPT_SECONDS = 0.5  # no retry is started with less time than this left
+MAX_RESPONSE_BYTES = 32 << 20
+DETAIL_CHARS = 500
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    usage: Usage | None
+
+
+class ProviderFailure(Exception):
+    """One failed attempt, already classified.
+
+    ``reason`` is a short code for the audit; ``billable`` says whether the
+    provider may have charged for it (decides the ledger's refund).
+    """
+
+    def __init__(self, reason: str, detail: str, *, retryable: bool, billable: bool,
+                 http_status: int | None = None, retry_after: float | None = None,
+                 usage: Usage | None = None) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.retryable = retryable
+        self.billable = billable
+        self.http_status = http_status
+        self.retry_after = retry_after
+        self.usage = usage
+
+
+class BudgetRefusal(Exception):
+    """The next attempt's worst case does not fit the remaining budget."""
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, or ``retry-after`` (seconds or HTTP date)."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    milliseconds = lowered.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            value = float(milliseconds) / 1000
+        except ValueError:
+            value = -1.0
+        if 0 <= value < 86400:
+            return value
+    text = lowered.get("retry-after")
+    if text is None:
+        return None
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        seconds = max(seconds, 0.0)
+    return seconds if 0 <= seconds < 86400 else None
+
+
+def classify(*, status: int | None = None, headers: Mapping[str, str] | None = None,
+             body: bytes = b"", exception: BaseException | None = None) -> ProviderFailure:
+    """The one place that decides retryable vs final, for a failed attempt.
+
+    Either ``exception`` (a transport error) or ``status``/``headers``/``body``
+    (a non-success response).
+    """
+    if exception is not None:
+        import httpx
+
+        if isinstance(exception, httpx.ConnectError | httpx.ConnectTimeout):
+            return ProviderFailure("connect_error", _describe(exception),
+                                   retryable=True, billable=False)
+        if isinstance(exception, httpx.TimeoutException):
+            return ProviderFailure("timeout", _describe(exception), retryable=True, billable=True)
+        if isinstance(exception, httpx.TransportError):
+            return ProviderFailure("transport_error", _describe(exception),
+                                   retryable=True, billable=True)
+        return ProviderFailure("client_error", _describe(exception), retryable=False,
+                               billable=True)
+    headers = headers or {}
+    lowered = {key.lower(): value for key, value in headers.items()}
+    text = body[:4096].decode("utf-8", "replace")
+    detail = f"HTTP {status}: {text[:DETAIL_CHARS]}"
+    should_retry = lowered.get("x-should-retry", "").strip().lower()
+    if status == 429 and any(marker in text.lower() for marker in QUOTA_MARKERS):
+        return ProviderFailure("quota_exhausted", detail, retryable=False, billable=False,
+                               http_status=status)
+    if should_retry == "false":
+        return ProviderFailure(f"http_{status}", detail, retryable=False, billable=False,
+                               http_status=status)
+    retryable = status in RETRYABLE_STATUSES or should_retry == "true"
+    reason = {429: "rate_limited", 529: "overloaded"}.get(status or 0, f"http_{status}")
+    return ProviderFailure(reason, detail, retryable=retryable, billable=False,
+                           http_status=status,
+                           retry_after=parse_retry_after(headers) if retryable else None)
+
+
+def _describe(exception: BaseException) -> str:
+    return f"{type(exception).__name__}: {exception}"[:DETAIL_CHARS]
+
+
+# ---------------------------------------------------------------- providers
+
+
+class Provider(Protocol):
+    name: str
+
+    def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
+        """One try; raises ``ProviderFailure``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """How one HTTP API spells a request and its answer."""
+
+    path: str
+    headers: Callable[[str | None], dict[str, str]]
+    body: Callable[[str, str, int], dict[str, Any]]
+    text: Callable[[Any], str | None]
+    usage: Callable[[Any], Usage | None]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(payload: Any, input_keys: tuple[str, ...], output_key: str) -> Usage | None:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    first = _int(usage.get(input_keys[0]))
+    output = _int(usage.get(output_key))
+    if first is None or output is None:
+        return None
+    extra = sum(_int(usage.get(key)) or 0 for key in input_keys[1:])
+    return Usage(first + extra, output)
+
+
+def _anthropic_text(payload: Any) -> str | None:
+    blocks = payload.get("content") if isinstance(payload, dict) else None
+    if not isinstance(blocks, list):
+        return None
+    parts = [block["text"] for block in blocks
+             if isinstance(block, dict) and block.get("type") == "text"
+             and isinstance(block.get("text"), str)]
+    return "".join(parts) if parts else None
+
+
+def _openai_text(payload: Any) -> str | None:
+    items = payload.get("output") if isinstance(payload, dict) else None
+    if not isinstance(items, list):
+        return None
+    parts = [content["text"]
+             for item in items if isinstance(item, dict) and isinstance(item.get("content"), list)
+             for content in item["content"]
+             if isinstance(content, dict) and content.get("type") == "output_text"
+             and isinstance(content.get("text"), str)]
+    return "".join(parts) if parts else None
+
+
+def _chat_text(payload: Any) -> str | None:
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+WIRE_FORMATS: dict[str, WireFormat] = {
+    "anthropic": WireFormat(
+        path="/v1/messages",
+        headers=lambda key: {"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION},
+        body=lambda model, prompt, tokens: {
+            "model": model, "max_tokens": tokens,
+            "messages": [{"role": "user", "content": prompt}],
+        },
+        text=_anthropic_text,
+        usage=lambda payload: _usage(
+            payload, ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
+            "output_tokens"),
+    ),
+    "openai": WireFormat(
+        path="/v1/responses",
+        headers=_bearer,
+        body=lambda model, prompt, tokens: {
+            "model": model, "input": prompt, "max_output_tokens": tokens,
+        },
+        text=_openai_text,
+        usage=lambda payload: _usage(payload, ("input_tokens",), "output_tokens"),
+    ),
+    "openai-compatible": WireFormat(
+        path="/chat/completions",
+        headers=_bearer,
+        body=lambda model, prompt, tokens: {
+            "model": model, "max_tokens": tokens,
+            "messages": [{"role": "user", "content": prompt}],
+        },
+        text=_chat_text,
+        usage=lambda payload: _usage(payload, ("prompt_tokens",), "completion_tokens"),
+    ),
+}
+
+
+class HttpProvider:
+    """A provider reached over HTTPS/HTTP with httpx; its own retries are ours (none inside)."""
+
+    def __init__(self, model: ModelConfig, api_key: str | None) -> None:
+        import httpx
+
+        self.name = model.provider
+        self.model = model.name
+        self.wire = WIRE_FORMATS[model.provider]
+        base = model.base_url or DEFAULT_BASE_URLS.get(model.provider)
+        if not base:
+            raise ValueError(f"provider {model.provider} needs a base_url")
+        self.url = base.rstrip("/") + self.wire.path
+        self.headers = {"content-type": "application/json", **self.wire.headers(api_key)}
+        self.client = httpx.Client(trust_env=False, follow_redirects=False,
+                                   transport=httpx.HTTPTransport(retries=0))
+
+    def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
+        import httpx
+
+        body = json.dumps(self.wire.body(self.model, prompt, max_tokens)).encode("utf-8")
+        try:
+            with self.client.stream("POST", self.url, content=body, headers=self.headers,
+                                    timeout=httpx.Timeout(timeout)) as response:
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > MAX_RESPONSE_BYTES:
+                        raise ProviderFailure("response_too_large",
+                                              f"more than {MAX_RESPONSE_BYTES} bytes",
+                                              retryable=False, billable=True,
+                                              http_status=response.status_code)
+                status, headers = response.status_code, dict(response.headers)
+        except httpx.HTTPError as exc:
+            raise classify(exception=exc) from exc
+        if status != 200:
+            raise classify(status=status, headers=headers, body=bytes(data))
+        try:
+            payload = json.loads(bytes(data).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProviderFailure("malformed_response", f"not JSON: {exc}"[:DETAIL_CHARS],
+                                  retryable=False, billable=True, http_status=status) from exc
+        usage = self.wire.usage(payload)
+        text = self.wire.text(payload)
+        if not text:
+            raise ProviderFailure("no_text", "the response carries no text",
+                                  retryable=False, billable=True, http_status=status,
+                                  usage=usage)
+        return Completion(text, usage)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def replay_files(folder: Path) -> list[Path]:
+    """The responses of a replay folder: regular, non-hidden files in name order."""
+    return sorted((path for path in folder.iterdir()
+                   if not path.name.startswith(".") and path.is_file() and not path.is_symlink()),
+                  key=lambda path: path.name)
+
+
+class ReplayProvider:
+    """Scripted responses; the cursor counts successful requests across the lineage."""
+
+    name = "replay"
+
+    def __init__(self, folder: Path, cursor: int) -> None:
+        self.folder = folder
+        self.cursor = cursor
+
+    def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
+        files = replay_files(self.folder)
+        if self.cursor >= len(files):
+            raise ProviderFailure(
+                "replay_exhausted",
+                f"replay exhausted: response {self.cursor + 1} requested, "
+                f"{len(files)} available in {self.folder}",
+                retryable=False, billable=False)
+        path = files[self.cursor]
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProviderFailure("replay_unreadable", f"{path.name}: {exc}"[:DETAIL_CHARS],
+                                  retryable=False, billable=False) from exc
+        self.cursor += 1
+        return Completion(text, None)
+
+    def close(self) -> None:
+        pass
+
+
+class EchoProvider:
+    """Always an empty reply: every generation is no-change."""
+
+    name = "echo"
+
+    def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
+        return Completion("", None)
+
+    def close(self) -> None:
+        pass
+
+
+def make_provider(model: ModelConfig, api_key: str | None, replay_cursor: int) -> Provider:
+    """The provider of ``model``; ``ValueError`` for a configuration it cannot serve."""
+    if model.provider in WIRE_FORMATS:
+        return HttpProvider(model, api_key)
+    if model.provider == "replay":
+        if model.replay_dir is None:
+            raise ValueError("provider replay needs a replay folder")
+        return ReplayProvider(model.replay_dir, replay_cursor)
+    if model.provider == "echo":
+        return EchoProvider()
+    raise ValueError(f"unknown provider {model.provider!r}")
+
+
+# ---------------------------------------------------------------- one request
+
+
+@dataclass
+class RequestResult:
+    """What one broker request came to, across all its attempts."""
+
+    completion: Completion | None = None
+    failure: ProviderFailure | None = None
+    budget_refused: bool = False
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    reserved: Decimal = Decimal(0)
+    accounted: Decimal = Decimal(0)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_tokens: int,
+                ledger: Ledger, timeout_seconds: float,
+                checkpoint: Callable[[RequestResult, Decimal], None] | None = None,
+                offline: bool = False) -> RequestResult:
+    """Serve one request: reserve, attempt, settle, and retry what ``classify`` allows.
+
+    ``checkpoint(result, outstanding)`` runs after each reservation, before the
+    attempt, so a crash mid-request leaves its worst case on record. Offline
+    providers (replay, echo) never reach a paid service: their attempts settle at zero.
+    """
+    result = RequestResult()
+    deadline = time.monotonic() + timeout_seconds
+
+    def one_attempt() -> Completion:
+        reservation = ledger.reserve(prompt_bytes, max_tokens)
+        if reservation is None:
+            raise BudgetRefusal()
+        result.reserved += reservation.amount
+        if checkpoint is not None:
+            checkpoint(result, reservation.amount)
+        started, clock = _now(), time.monotonic()
+        entry: dict[str, Any] = {"attempt": len(result.attempts) + 1, "started_at": started}
+        try:
+            completion = provider.attempt(prompt, max_tokens,
+                                          max(0.1, deadline - time.monotonic()))
+        except ProviderFailure as failure:
+            _settle(entry, ledger, reservation, failure.usage,
+                    billable=failure.billable and not offline, result=result)
+            entry.update(duration_ms=_ms(clock), http_status=failure.http_status,
+                         error=failure.reason, detail=failure.detail,
+                         retryable=failure.retryable, retry_after_seconds=failure.retry_after)
+            result.attempts.append(entry)
+            raise
+        _settle(entry, ledger, reservation, completion.usage, billable=not offline,
+                result=result)
+        entry.update(duration_ms=_ms(clock), http_status=200, error=None, detail=None,
+                     retryable=None, retry_after_seconds=None)
+        result.attempts.append(entry)
+        return completion
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome else None
+        backoff = min(30.0, 0.5 * 2 ** (state.attempt_number - 1))
+        seconds = random.uniform(backoff / 2, backoff)  # exponential with jitter
+        if isinstance(failure, ProviderFailure) and failure.retry_after is not None:
+            seconds = max(seconds, failure.retry_after) if failure.retry_after > 0 else 0.0
+        return seconds
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        left = deadline - time.monotonic() - state.upcoming_sleep
+        return state.attempt_number >= MAX_ATTEMPTS or left < MIN_ATTEMPT_SECONDS
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        if result.attempts:
+            result.attempts[-1]["wait_ms"] = round(state.upcoming_sleep * 1000)
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(
+            lambda exc: isinstance(exc, ProviderFailure) and exc.retryable),
+        wait=wait, stop=stop, before_sleep=before_sleep, reraise=True,
+    )
+    try:
+        result.completion = retrying(one_attempt)
+    except BudgetRefusal:
+        result.budget_refused = True
+    except ProviderFailure as failure:
+        result.failure = failure
+    return result
+
+
+def _settle(entry: dict[str, Any], ledger: Ledger, reservation: Reservation,
+            usage: Usage | None, *, billable: bool, result: RequestResult) -> None:
+    charged = ledger.settle(reservation, usage=usage, billable=billable)
+    result.accounted += charged
+    entry.update(usage=usage.as_record() if usage else None,
+                 reserved_usd=str(reservation.amount), accounted_usd=str(charged))
+
+
+def _ms(since: float) -> int:
+    return round((time.monotonic() - since) * 1000)
