@@ -1,0 +1,217 @@
+"""The sandbox one life runs in: bubblewrap inside a ceilings scope. Trusted harness.
+
+Rule: the organism sees exactly CONTRACT.md "Inside a generation" and nothing
+else -- a fresh size-limited /work, bounded /tmp and /run, read-only /usr
+(plus /etc/alternatives, so Debian's /usr/bin/emacs resolves), the kernel
+folder read-only at /kernel, HOME and PATH only, no IP network, its own
+user/pid/ipc/uts/cgroup namespaces, no capabilities, no terminal, no inherited
+descriptors. No host path of the lineage, no git dir, no secret is in the
+argument list or the environment: the bwrap process itself gets an empty
+environment apart from PATH.
+
+The wall limit is a deadline here: when it passes (or ``cancel`` is set) the
+whole scope is killed. The exit status is the sandboxed process's own: bwrap
+propagates it, and reports a command killed by signal N as 128+N (shell
+convention), so any status above 128 is read as a signal.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .ceilings import Accounting, Scope, open_scope
+from .config import Ceilings
+
+RUNNER = Path(__file__).with_name("runner.sh")
+KERNEL_MOUNT = "/kernel"
+WORK = "/work"
+SANDBOX_PATH = "/usr/bin:/bin"
+# Top-level host directories that are symlinks into /usr on a merged-/usr host.
+USR_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+# Host /etc is not mounted; only what /usr/bin/emacs needs to resolve on Debian.
+ETC_BINDS = ("/etc/alternatives",)
+STDERR_LIMIT = 1 << 20  # keep the last MiB of the organism's stderr
+_POLL_S = 0.05  # how often `cancel` is looked at while the organism runs
+_SIGNAL_RANGE = range(129, 128 + 65)
+_KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    exit_status: int  # shell convention: 128+signal when killed by a signal
+    signal: int | None
+    wall_timeout: bool
+    archive: bytes  # the runner's stdout (a tar of /work); only meaningful on exit 0
+    stderr: bytes  # its last STDERR_LIMIT bytes
+    accounting: Accounting
+    backend: str
+    duration_ms: int
+    archive_overflow: bool = False  # stdout exceeded archive_limit(): archive is b""
+    cancelled: bool = False
+
+
+def archive_limit(ceilings: Ceilings) -> int:
+    """Most bytes a tar of a /work within the ceilings can take (headers and padding)."""
+    per_entry = 3 * 512 + 511  # header, GNU long-name header and block, data padding
+    return ceilings.worktree_bytes + (2 * ceilings.worktree_files + 64) * per_entry + 20480
+
+
+def _bwrap() -> str:
+    return shutil.which("bwrap") or "/usr/bin/bwrap"
+
+
+def _usr_links() -> list[str]:
+    args: list[str] = []
+    for path in USR_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
+    """The complete command line of one life, runner included."""
+    args = [_bwrap(), "--clearenv", "--setenv", "HOME", WORK, "--setenv", "PATH", SANDBOX_PATH]
+    args += ["--ro-bind", "/usr", "/usr", *_usr_links()]
+    for path in ETC_BINDS:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for size, mount in (
+        (ceilings.worktree_bytes, WORK),
+        (ceilings.tmp_bytes, "/tmp"),
+        (ceilings.run_bytes, "/run"),
+    ):
+        args += ["--size", str(size), "--tmpfs", mount]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--ro-bind", str(kernel_dir), KERNEL_MOUNT]
+    args += [
+        "--unshare-user", "--disable-userns", "--unshare-net", "--unshare-pid",
+        "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+        "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+        "--chdir", WORK,
+        "--", "/bin/sh", f"{KERNEL_MOUNT}/runner.sh",
+    ]
+    return args
+
+
+def install_runner(kernel_dir: Path) -> None:
+    """Put the trusted runner into the kernel folder (byte-exact, read-only)."""
+    target = kernel_dir / "runner.sh"
+    body = RUNNER.read_bytes()
+    if target.is_file() and not target.is_symlink() and target.read_bytes() == body:
+        return
+    temp = kernel_dir / ".runner.sh.tmp"
+    temp.write_bytes(body)
+    temp.chmod(0o555)
+    os.replace(temp, target)
+
+
+def _status(returncode: int) -> tuple[int, int | None]:
+    if returncode < 0:
+        return 128 - returncode, -returncode
+    if returncode in _SIGNAL_RANGE:
+        return returncode, returncode - 128
+    return returncode, None
+
+
+def run_sandbox(
+    *,
+    kernel_dir: Path,
+    ceilings: Ceilings,
+    scope_name: str,
+    cancel: threading.Event | None = None,
+    scope: Scope | None = None,
+) -> SandboxResult:
+    """Run one life. ``CeilingError`` (nothing ran) if the ceilings cannot be put in force.
+
+    ``scope``: an already opened scope to run in (default: ``open_scope(ceilings,
+    scope_name)``); it is closed here either way.
+    """
+    install_runner(kernel_dir)
+    scope = scope if scope is not None else open_scope(ceilings, scope_name)
+    try:
+        return _run(scope, bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings), ceilings, cancel)
+    finally:
+        scope.close()
+
+
+def _run(
+    scope: Scope, argv: list[str], ceilings: Ceilings, cancel: threading.Event | None
+) -> SandboxResult:
+    limit = archive_limit(ceilings)
+    started = time.monotonic()
+    deadline = started + ceilings.wall_seconds
+    proc = scope.popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        env={"PATH": SANDBOX_PATH},
+        cwd="/",
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    overflow = timed_out = cancelled = False
+    killed_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, "out")
+        selector.register(proc.stderr, selectors.EVENT_READ, "err")
+        while selector.get_map():
+            now = time.monotonic()
+            if killed_at is None and cancel is not None and cancel.is_set():
+                cancelled, killed_at = True, now
+                scope.kill()
+            if killed_at is None and now >= deadline:
+                timed_out, killed_at = True, now
+                scope.kill()
+            if killed_at is not None and now > killed_at + _KILL_GRACE_S:
+                break  # killed, yet a pipe stays open: stop reading, never hang
+            wait = max(0.0, deadline - now)
+            if cancel is not None:
+                wait = min(wait, _POLL_S)
+            for key, _ in selector.select(timeout=wait if wait > 0 else _POLL_S):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                if key.data == "err":
+                    err += chunk
+                    if len(err) > 2 * STDERR_LIMIT:
+                        del err[:-STDERR_LIMIT]
+                elif not overflow:
+                    out += chunk
+                    if len(out) > limit:
+                        overflow = True
+                        out.clear()
+    # Both pipes closed: the pid namespace is gone; wait for bwrap within the deadline.
+    try:
+        returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        scope.kill()
+        returncode = proc.wait()
+    duration_ms = int((time.monotonic() - started) * 1000)
+    proc.stdout.close()
+    proc.stderr.close()
+    exit_status, signal_number = _status(returncode)
+    return SandboxResult(
+        exit_status=exit_status,
+        signal=signal_number,
+        wall_timeout=timed_out,
+        archive=b"" if overflow else bytes(out),
+        stderr=bytes(err[-STDERR_LIMIT:]),
+        accounting=scope.accounting(),
+        backend=scope.backend,
+        duration_ms=duration_ms,
+        archive_overflow=overflow,
+        cancelled=cancelled,
+    )
