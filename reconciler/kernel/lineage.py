@@ -123,7 +123,9 @@ def _check(paths: LineagePaths, identity: Identity) -> None:
                 raise BirthError(f"kernel: {label} {place} would contain {other}")
     for label, branch in (("lineage branch", paths.branch),
                           ("observation branch", paths.observation_branch)):
-        if not branch or not pygit2.reference_is_valid_name(f"refs/heads/{branch}"):
+        # git's check-ref-format rules, plus what `git branch` refuses on top of them
+        if (not branch or branch.startswith("-") or branch == "HEAD"
+                or not pygit2.reference_is_valid_name(f"refs/heads/{branch}")):
             raise BirthError(f"kernel: {label} {branch!r} is not a valid git branch name")
     if not is_object_id(identity.commit):
         raise BirthError(

@@ -1,0 +1,1 @@
+"""Reusable fakes for tests: loopback model providers and a broker client."""
