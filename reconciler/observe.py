@@ -145,9 +145,14 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _open(path: Path) -> pygit2.Repository | None:
+def _open(path: Path, *, bare: bool = False) -> pygit2.Repository | None:
+    """Open exactly ``path`` (no search upwards); ``bare`` ignores core.worktree, so
+    that a git dir whose worktree is gone still opens."""
+    flags = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+    if bare:
+        flags |= pygit2.enums.RepositoryOpenFlag.BARE
     try:
-        return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        return pygit2.Repository(str(path), flags)
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return None
 
@@ -236,7 +241,7 @@ class _LineageRead:
 
 def _read_lineage_repo(paths: LineagePaths, problems: _Problems) -> _LineageRead:
     read = _LineageRead()
-    repo = _open(paths.git_dir)
+    repo = _open(paths.git_dir, bare=True)
     if repo is None:
         problems.add("not-a-lineage", f"{paths.git_dir} exists but is not a git repository")
         return read
@@ -703,7 +708,7 @@ def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
     problems: list[str] = [p.message for p in observed.problems]
     generations = observed.generations
     try:
-        lin = _open(paths.git_dir) if observed.git_dir_exists else None
+        lin = _open(paths.git_dir, bare=True) if observed.git_dir_exists else None
         head = _branch_target(lin, paths.branch) if lin is not None else None
         if lin is not None and head is not None:
             gens, _root = _full_walk(lin, head)
