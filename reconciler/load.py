@@ -217,13 +217,15 @@ def _position_of_offset(text: str, offset: int) -> tuple[int, int]:
 def _yaml_problem(source: _Source, text: str, error: Exception) -> Problem:
     if isinstance(error, MarkedYAMLError):
         mark = error.problem_mark or error.context_mark
-        what = " ".join(str(part) for part in (error.context, error.problem) if part)
+        what = "; ".join(str(part) for part in (error.context, error.problem) if part)
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         return _problem(source.shown, line, column, "", f"YAML syntax error: {what or error}")
     if isinstance(error, ReaderError):
         line, column = _position_of_offset(text, error.position)
+        character = error.character
+        shown = repr(chr(character) if isinstance(character, int) else character)
         return _problem(source.shown, line, column, "",
-                        f"YAML cannot contain character {error.character!r} "
+                        f"YAML cannot contain character {shown} "
                         "(control characters are not allowed)")
     if isinstance(error, RecursionError):
         return _problem(source.shown, 1, 1, "", "YAML nested too deeply to read")
@@ -307,23 +309,27 @@ def _documents(source: _Source, text: str, problems: list[Problem]) -> Iterator[
 # --- positions and messages --------------------------------------------------------
 
 
-def _locate(node: Node, loc: Sequence[Any], *, key: bool) -> tuple[int, int]:
-    """The position of ``loc`` under ``node``: its key or value, else the nearest mapping."""
+def _locate_node(node: Node, loc: Sequence[Any], *, key: bool) -> Node:
+    """The node of ``loc`` under ``node``: its key or value, else the nearest mapping."""
     current = node
     for depth, part in enumerate(loc):
         last = depth == len(loc) - 1
         if isinstance(current, MappingNode):
             pair = _find_pair(current, str(part))
             if pair is None:
-                return _mark(current)
+                return current
             current = pair[0] if (last and key) else pair[1]
         elif isinstance(current, SequenceNode) and isinstance(part, int):
             if not 0 <= part < len(current.value):
-                return _mark(current)
+                return current
             current = current.value[part]
         else:
-            return _mark(current)
-    return _mark(current)
+            return current
+    return current
+
+
+def _locate(node: Node, loc: Sequence[Any], *, key: bool) -> tuple[int, int]:
+    return _mark(_locate_node(node, loc, key=key))
 
 
 def _find_pair(mapping: MappingNode, name: str) -> tuple[Node, Node] | None:
@@ -343,13 +349,7 @@ def _find_pair(mapping: MappingNode, name: str) -> tuple[Node, Node] | None:
 
 
 def _dotted(loc: Sequence[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int) and not isinstance(part, bool):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+    return ".".join(str(part) for part in loc)  # a spec has no lists: every part is a key
 
 
 def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -367,11 +367,17 @@ def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
     return model
 
 
-def _message(error: Any) -> str:
+def _message(error: Any, node: Node) -> str:
     kind, loc, message = error["type"], error["loc"], str(error["msg"])
     given = error.get("input")
     if kind == "value_error":
-        return message.removeprefix("Value error, ")
+        message = message.removeprefix("Value error, ")
+        if isinstance(given, float) and isinstance(node, ScalarNode):
+            # Show the number as written (1.50), not as the float it became (1.5).
+            message = message.replace(f'write "{given!r}"', f'write "{node.value}"')
+        return message
+    if kind == "invalid_key":
+        return f"unknown field; keys are strings (got {units.describe(given)})"
     if kind == "missing":
         return "required, but missing"
     if kind == "extra_forbidden":
@@ -385,6 +391,13 @@ def _message(error: Any) -> str:
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         return f"must be {expected}, not {units.describe(given)}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        bound = next(iter(error.get("ctx", {}).values()), "?")
+        relation = {"greater_than_equal": "at least", "greater_than": "more than",
+                    "less_than_equal": "at most", "less_than": "less than"}[kind]
+        return f"must be {relation} {bound}, not {units.describe(given)}"
+    if kind == "string_type" and isinstance(given, int | float | bool):
+        return f"must be a string, not {units.describe(given)}: quote it"
     return f"{message[:1].lower()}{message[1:]} (got {units.describe(given)})"
 
 
@@ -417,8 +430,9 @@ def _validate(source: _Source, index: int, node: Node, value: Any,
     except ValidationError as error:
         for detail in error.errors(include_url=False):
             loc = detail["loc"]
-            where = _locate(node, loc, key=detail["type"] == "extra_forbidden")
-            problems.append(_problem(shown, *where, _dotted(loc), _message(detail)))
+            key = detail["type"] in ("extra_forbidden", "invalid_key")
+            found = _locate_node(node, loc, key=key)
+            problems.append(_problem(shown, *_mark(found), _dotted(loc), _message(detail, found)))
     except Exception as error:  # a bug in a validator must still not be a traceback
         problems.append(_problem(
             shown, *_mark(node), "",
@@ -504,7 +518,8 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
     documents: list[_Document] = []
     if not paths:
         raise SpecError([_problem("-", 1, 1, "", "no spec file or folder given")])
-    for source in _collect(paths, problems):
+    sources = _collect(paths, problems)
+    for source in sources:
         text = _read_text(source, problems)
         if text is None:
             continue
@@ -516,5 +531,8 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
     loaded = [_resolve(document, default_dir) for document in documents]
     _check_unique(documents, loaded, problems)
     if problems:
-        raise SpecError(problems)
+        files = dict.fromkeys([*(s.shown for s in sources), *(p.file for p in problems)])
+        order = {shown: rank for rank, shown in enumerate(files)}
+        unique = dict.fromkeys(problems)  # the same problem found twice is one problem
+        raise SpecError(sorted(unique, key=lambda p: (order[p.file], p.line, p.column)))
     return loaded
