@@ -533,9 +533,8 @@ class _Audit:
         except ValueError:
             record = None
         if not observation_valid(record, number):
-            self.find("observation-invalid", number)
-            if not isinstance(record, dict) or not isinstance(record.get("lineage_commit"), str):
-                return
+            self.find("observation-invalid", number)  # nothing else is read from it
+            return
         assert isinstance(record, dict)
         named = record["lineage_commit"]
         if named != str(commit_id):
