@@ -1,0 +1,693 @@
+"""One generation of a lineage, as a crash-safe transaction over two repositories.
+
+Trusted harness; never mounted into a generation. The only judgement made here
+is the exit status: 0 and a result the decoder accepts publishes, anything
+else is a death that publishes nothing of the organism's.
+
+    preflight   (reads only; PreflightError subclasses, nothing written)
+                identity vs lineage metadata, observation metadata, branches,
+                balance, provider and key, the ceiling scope put in force
+    1. uncommitted worktree edits -> commit `external edit` (CAS)     H
+    2. intent marker <git_dir>/ouro-generation.json, phase running
+    3. broker started (its own thread) while input.tar and journal.md are written
+    4. the sandbox runs one life under the ceilings
+    5. lineage commit object C (parent H), on no branch; marker phase publishing
+    6. observation naming C on the observation branch (CAS from O)
+    7. lineage branch H -> C (CAS); worktree and index rewritten to C
+    8. marker removed
+
+A crash at any point leaves what ``recovery.recover`` rolls forward or
+discards. Test hook: ``kill_point(name)`` is called at each named point
+(``KILL_POINTS``); the environment variable ``OURO_KERNEL_TEST_KILL_POINT=name``
+makes the process SIGKILL itself there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pygit2
+
+from . import publish, recovery
+from .config import (
+    GENERATION_SCHEMA,
+    JOURNAL_FILE,
+    LINEAGE_SCHEMA,
+    METADATA_FILE,
+    OBSERVATIONS_SCHEMA,
+    Ceilings,
+    Identity,
+    LineagePaths,
+    ModelConfig,
+    Provenance,
+    constraints_manifest,
+)
+from .errors import (
+    DecoderRejection,
+    DriftError,
+    KernelError,
+    RecoveryError,
+)
+from .formats import (
+    EXTERNAL_EDIT_SUBJECT,
+    Status,
+    append_entry,
+    journal_entry,
+    observation_path,
+    observation_subject,
+    outcome_text,
+    subject_changed,
+    subject_died,
+)
+
+if TYPE_CHECKING:
+    from .broker import BrokerReport
+    from .ceilings import Scope
+    from .decoder import Entry
+    from .sandbox import SandboxResult
+
+__all__ = [
+    "KILL_POINTS",
+    "GenerationCancelled",
+    "GenerationOutcome",
+    "Runtime",
+    "check_extendable",
+    "run_generation",
+]
+
+KILL_POINTS = (
+    "after-external-edit",
+    "after-sandbox",
+    "after-lineage-object",
+    "after-observation-commit",
+    "after-branch-move",
+    "mid-worktree-write",
+    "before-marker-removal",
+)
+KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
+JOURNAL_TAIL_LINES = 5
+OBSERVATION_TAIL_LINES = 20
+OBSERVATION_METADATA_FILE = "metadata.json"
+
+
+class GenerationCancelled(KernelError):
+    """A generation stopped by the operator is discarded, never recorded as a death."""
+
+
+@dataclass(frozen=True)
+class GenerationOutcome:
+    generation: int
+    status: Status
+    outcome: str  # the observation's outcome
+    lineage_commit: str
+    observation_commit: str
+    accounted_usd: Decimal
+    duration_ms: int
+    exit_status: int
+    external_edit: str | None = None  # the `external edit` commit made first, if any
+
+
+class _BrokerLike(Protocol):
+    def stop(self) -> BrokerReport: ...
+    def kill(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The kernel's moving parts; tests may replace them (the real ones by default)."""
+
+    open_scope: Callable[[Ceilings, str], Scope]
+    start_broker: Callable[..., _BrokerLike]
+    run_sandbox: Callable[..., SandboxResult]
+    decode: Callable[..., list[Entry]]
+
+
+def real_runtime() -> Runtime:
+    from .broker import Broker
+    from .ceilings import open_scope
+    from .decoder import decode
+    from .sandbox import run_sandbox
+
+    return Runtime(open_scope, Broker.start, run_sandbox, decode)
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _env_kill_point(name: str) -> None:
+    if os.environ.get(KILL_POINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stderr_lines(stderr: bytes) -> list[str]:
+    """Lines as ``tail`` sees them: split on newline, a final newline ends the last line."""
+    text = stderr.decode("utf-8", "replace")
+    if not text:
+        return []
+    return text.removesuffix("\n").split("\n")
+
+
+def _blob_bytes(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes | None:
+    if path not in tree:
+        return None
+    blob = repo[tree[path].id]
+    return blob.data if isinstance(blob, pygit2.Blob) else None
+
+
+def _json_object(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _process_start(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+# ---------------------------------------------------------------- preflight
+
+
+@dataclass(frozen=True)
+class _State:
+    lineage: pygit2.Repository
+    observations: pygit2.Repository
+    head: pygit2.Commit
+    obs_head: pygit2.Commit
+    generation: int  # the number the next generation gets
+
+
+def _checked_out(repo: pygit2.Repository, branch: str, place: Path) -> None:
+    ref = repo.references.get("HEAD")
+    if ref is None or ref.type != pygit2.enums.ReferenceType.SYMBOLIC or (
+        ref.target != f"refs/heads/{branch}"
+    ):
+        raise DriftError(
+            f"kernel: {place} does not have {branch} checked out; check it out again",
+            reason="branch-mismatch",
+        )
+
+
+def _inspect(paths: LineagePaths, identity: Identity) -> _State:
+    lineage = publish.open_lineage(paths)
+    observations = publish.open_observations(paths)
+    head = publish.branch_head(lineage, paths.branch)
+    obs_head = publish.branch_head(observations, paths.observation_branch)
+    if head is None:
+        raise DriftError(f"kernel: {paths.git_dir} has no branch {paths.branch}",
+                         reason="branch-mismatch")
+    if obs_head is None:
+        raise DriftError(
+            f"kernel: {paths.observations} has no branch {paths.observation_branch}",
+            reason="observation-disagrees",
+        )
+    _checked_out(lineage, paths.branch, Path(paths.worktree))
+    _checked_out(observations, paths.observation_branch, Path(paths.observations))
+
+    committed = _blob_bytes(lineage, head.tree, METADATA_FILE)
+    metadata = _json_object(committed)
+    if metadata is None or metadata.get("schema") != LINEAGE_SCHEMA:
+        raise DriftError(
+            f"kernel: {paths.branch} has no readable {METADATA_FILE} of schema {LINEAGE_SCHEMA}: "
+            "it was not born under this instrument; start a new lineage",
+            reason="no-metadata",
+        )
+    if metadata.get("instrument_commit") != identity.commit:
+        raise DriftError(
+            f"kernel: instrument commit differs: {paths.branch} was born under "
+            f"{metadata.get('instrument_commit')}, this instrument is {identity.commit}; a "
+            "lineage is only extended by the physics it was born under: start a new lineage",
+            reason="instrument-commit-drift",
+        )
+    if metadata.get("instrument_fingerprint") != identity.fingerprint:
+        raise DriftError(
+            f"kernel: instrument fingerprint differs: {paths.branch} was born under "
+            f"{metadata.get('instrument_fingerprint')}, this kernel is {identity.fingerprint}; "
+            "its physics changed: start a new lineage",
+            reason="fingerprint-drift",
+        )
+    try:
+        on_disk: bytes | None = (Path(paths.worktree) / METADATA_FILE).read_bytes()
+    except OSError:
+        on_disk = None
+    if on_disk != committed:
+        raise DriftError(
+            f"kernel: {Path(paths.worktree) / METADATA_FILE} differs from the committed one; "
+            "it is kernel-owned: restore it (git checkout) before extending the lineage",
+            reason="metadata-edited",
+        )
+
+    observed_meta = _json_object(
+        _blob_bytes(observations, obs_head.tree, OBSERVATION_METADATA_FILE)
+    )
+    expected = {
+        "schema": OBSERVATIONS_SCHEMA,
+        "lineage_branch": paths.branch,
+        "observation_branch": paths.observation_branch,
+        "instrument_commit": metadata.get("instrument_commit"),
+        "instrument_fingerprint": metadata.get("instrument_fingerprint"),
+        "seed_sha256": metadata.get("seed_sha256"),
+    }
+    wrong = sorted(k for k, v in expected.items() if (observed_meta or {}).get(k) != v)
+    if observed_meta is None or wrong:
+        raise DriftError(
+            f"kernel: {paths.observations} does not agree with {paths.branch} "
+            f"({', '.join(wrong) or OBSERVATION_METADATA_FILE}): start a new lineage",
+            reason="observation-disagrees",
+        )
+
+    generations, newest = recovery.count_generations(head)
+    observed = recovery.count_observations(observations, obs_head)
+    present, _ = publish.read_marker(paths)
+    if present or observed == generations + 1:
+        raise RecoveryError(
+            f"kernel: {paths.branch} has leftovers of an interrupted generation: "
+            "recover it first (ouro apply does)"
+        )
+    last = recovery.read_observation(observations, obs_head, generations) if generations else None
+    if observed != generations or (
+        generations and (newest is None or last is None
+                         or last.get("lineage_commit") != str(newest.id))
+    ):
+        raise DriftError(
+            f"kernel: {paths.branch} has {generations} generation commits and "
+            f"{paths.observations} {observed} observations, which do not match",
+            reason="unbalanced",
+        )
+    return _State(lineage, observations, head, obs_head, generations + 1)
+
+
+def check_extendable(paths: LineagePaths, identity: Identity) -> None:
+    """May ``identity`` extend this lineage? ``DriftError(reason=...)`` (or another
+    ``PreflightError``/``RecoveryError``) if not. Reads only."""
+    _inspect(paths, identity)
+
+
+def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int) -> int:
+    """Replay responses consumed so far: model calls answered 200 in earlier observations."""
+    used = 0
+    for number in range(1, count + 1):
+        record = recovery.read_observation(repo, head, number) or {}
+        calls = record.get("model_calls")
+        if isinstance(calls, list):
+            used += sum(1 for c in calls if isinstance(c, dict) and c.get("http_status") == 200)
+    return used
+
+
+def _check_provider(model: ModelConfig, api_key: str | None, generation: int, cursor: int) -> None:
+    from .broker import _check_config
+
+    _check_config(model, api_key, generation, cursor)
+
+
+# ---------------------------------------------------------------- the generation
+
+
+@dataclass
+class _Attempt:
+    """What exists of one attempt, for cleanup."""
+
+    kernel_dir: Path
+    private_dir: Path
+    broker: _BrokerLike | None = None
+    scope: Scope | None = None  # until handed to the sandbox
+
+
+def _scope_name(paths: LineagePaths, generation: int) -> str:
+    base = re.sub(r"[^a-z0-9_.-]", "-", paths.name.lower()).strip("-.") or "lineage"
+    return f"{base[:60]}-gen{generation}-{os.getpid()}"
+
+
+def _start_broker_async(
+    runtime: Runtime, kwargs: dict[str, Any]
+) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["broker"] = runtime.start_broker(**kwargs)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="ouro-broker-start", daemon=True)
+    thread.start()
+    return thread, box
+
+
+@dataclass(frozen=True)
+class _Result:
+    status: Status
+    outcome: str
+    tree: pygit2.Oid
+    subject: str
+    published_files: int | None
+    published_bytes: int | None
+    rejection: dict[str, Any] | None
+
+
+def _classify(
+    lineage: pygit2.Repository,
+    head: pygit2.Commit,
+    result: SandboxResult,
+    ceilings: Ceilings,
+    runtime: Runtime,
+    n: int,
+    journal: bytes,
+    timestamp: str,
+) -> _Result:
+    lines = _stderr_lines(result.stderr)
+    accounting = result.accounting
+    rejection: dict[str, Any] | None = None
+    if result.exit_status == 0 and not result.wall_timeout and result.signal is None:
+        try:
+            if getattr(result, "archive_overflow", False):
+                raise DecoderRejection("kernel: the result archive exceeds the worktree ceiling")
+            entries = runtime.decode(
+                result.archive, max_files=ceilings.worktree_files, max_bytes=ceilings.worktree_bytes
+            )
+            files = [
+                publish.FileEntry(e.path, "symlink" if e.kind == "symlink" else "file", e.data,
+                                  e.executable)
+                for e in entries
+                if e.kind != "dir"
+            ]
+            # built with the old journal: the change is measured without kernel-owned files
+            tree = lineage[publish.published_tree(lineage, head, files, journal)]
+            assert isinstance(tree, pygit2.Tree)
+            change = publish.change_between(lineage, head.tree, tree)
+        except DecoderRejection as exc:
+            rejection = {"message": str(exc), "path": exc.path}
+        else:
+            entry = journal_entry(n, change.status, timestamp, detail=change.detail)
+            tree_id = publish.with_journal(lineage, tree, _append(journal, entry))
+            return _Result(
+                change.status,
+                outcome_text(change.status, change.detail),
+                tree_id,
+                subject_changed(n, change),
+                len(files),
+                sum(len(f.data) for f in files),
+                None,
+            )
+    if rejection is not None:
+        outcome = "decoder_rejection"
+    elif result.wall_timeout:
+        outcome = "wall_timeout"
+    elif (accounting.oom_kills or 0) > 0 or accounting.result == "oom-kill":
+        outcome = "cgroup_oom"
+    elif result.signal is not None:
+        outcome = "signal"
+    else:
+        outcome = "process_exit"
+    entry = journal_entry(
+        n, "died", timestamp, exit_status=result.exit_status,
+        stderr_lines=lines[-JOURNAL_TAIL_LINES:],
+    )
+    tree_id = publish.death_tree(lineage, head, _append(journal, entry))
+    return _Result("died", outcome, tree_id, subject_died(n, result.exit_status), None, None,
+                   rejection)
+
+
+def _append(journal: bytes, entry: str) -> bytes:
+    text = journal.decode("utf-8", "surrogateescape")
+    return append_entry(text, entry).encode("utf-8", "surrogateescape")
+
+
+def _observation(
+    *,
+    n: int,
+    started_at: str,
+    duration_ms: int,
+    result: SandboxResult,
+    outcome: _Result,
+    commit: pygit2.Oid,
+    model: ModelConfig,
+    constraints: dict[str, Any],
+    report: BrokerReport,
+    provenance: Provenance | None,
+) -> dict[str, Any]:
+    """The generation's observation record: CONTRACT.md's fields in the original's order,
+    then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection)."""
+    accounting = result.accounting
+    return {
+        "schema": GENERATION_SCHEMA,
+        "generation": n,
+        "started_at": started_at,
+        "duration_ms": duration_ms,
+        "outcome": outcome.outcome,
+        "exit_status": result.exit_status,
+        "systemd_result": accounting.result,
+        "cpu_usage_nsec": accounting.cpu_usage_nsec,
+        "memory_peak_bytes": accounting.memory_peak_bytes,
+        "oom_kills": accounting.oom_kills,
+        "lineage_commit": str(commit),
+        "result_archive_bytes": len(result.archive),
+        "published_bytes": outcome.published_bytes,
+        "published_files": outcome.published_files,
+        "provider": model.provider,
+        "model": model.name,
+        "constraints": constraints,
+        "model_calls": report.model_calls,
+        "stderr_tail": "\n".join(_stderr_lines(result.stderr)[-OBSERVATION_TAIL_LINES:]),
+        "ceiling_backend": result.backend,
+        "provenance": dataclasses.asdict(provenance) if provenance is not None else None,
+        "accounted_usd": str(report.accounted_usd),
+        "rejection": outcome.rejection,
+    }
+
+
+def run_generation(
+    *,
+    paths: LineagePaths,
+    identity: Identity,
+    model: ModelConfig,
+    ceilings: Ceilings,
+    api_key: str | None,
+    provenance: Provenance | None = None,
+    cancel: threading.Event | None = None,
+    kill_point: Callable[[str], None] | None = None,
+    runtime: Runtime | None = None,
+) -> GenerationOutcome:
+    """Run and publish one generation, or raise having published nothing.
+
+    ``PreflightError`` (``DriftError``, ``ProviderConfigError``, ``CeilingError``):
+    refused before anything was written. ``RecoveryError``: leftovers of an
+    earlier attempt must be recovered first. ``GenerationCancelled``: ``cancel``
+    was set while the organism ran; the attempt was discarded (its spend recorded).
+    """
+    clock = time.monotonic()
+    started_at = _now()
+    hook = kill_point or _env_kill_point
+    runtime = runtime or real_runtime()
+    state = _inspect(paths, identity)
+    n = state.generation
+    cursor = _replay_cursor(state.observations, state.obs_head, n - 1) if (
+        model.provider == "replay") else 0
+    _check_provider(model, api_key, n, cursor)
+    scope = runtime.open_scope(ceilings, _scope_name(paths, n))  # CeilingError: nothing written
+    try:
+        head = state.head
+        edited = _commit_external_edits(state.lineage, paths, head)
+    except BaseException:
+        scope.close()
+        raise
+    if edited is not None:
+        head = edited
+        hook("after-external-edit")
+    attempt_stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+    attempt = _Attempt(
+        kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
+        private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{attempt_stamp}",
+        scope=scope,
+    )
+    marker: dict[str, Any] = {
+        "schema": publish.MARKER_SCHEMA,
+        "generation": n,
+        "lineage_head": str(head.id),
+        "observation_head": str(state.obs_head.id),
+        "phase": "running",
+        "private_dir": str(attempt.private_dir),
+        "kernel_dir": str(attempt.kernel_dir),
+        "pid": os.getpid(),
+        "pid_start": _process_start(os.getpid()),
+        "started_at": started_at,
+        "attempt": attempt_stamp,
+    }
+    try:
+        publish.write_marker(paths, marker)
+    except BaseException:
+        scope.close()
+        shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
+        raise
+    try:
+        return _run(paths, state, head, edited, n, cursor, marker, attempt, model, ceilings,
+                    api_key, provenance, cancel, hook, runtime, started_at, clock)
+    except BaseException as exc:
+        _abandon(paths, attempt, exc)
+        raise
+
+
+def _abandon(paths: LineagePaths, attempt: _Attempt, exc: BaseException) -> None:
+    """After a failure past the marker: stop what runs, then let recovery settle the repos."""
+    if attempt.broker is not None:
+        with contextlib.suppress(Exception):  # best effort: recovery reads its audit anyway
+            attempt.broker.kill()
+    if attempt.scope is not None:
+        attempt.scope.close()
+    try:
+        recovery.recover(paths)
+    except KernelError as recovery_error:
+        exc.add_note(f"recovery after this failure also failed: {recovery_error}")
+
+
+def _commit_external_edits(
+    repo: pygit2.Repository, paths: LineagePaths, head: pygit2.Commit
+) -> pygit2.Commit | None:
+    """Commit whatever the worktree holds beyond ``head`` (every file: .gitignore has no say)."""
+    tree = publish.worktree_tree(repo, Path(paths.worktree))
+    if tree == head.tree.id:
+        return None
+    commit_id = publish.create_commit(repo, tree, head.id, EXTERNAL_EDIT_SUBJECT)
+    publish.cas_ref(repo, paths.branch, head.id, commit_id, "ouro: external edit")
+    commit = repo[commit_id]
+    assert isinstance(commit, pygit2.Commit)
+    index = repo.index
+    index.read_tree(commit.tree)
+    index.write()
+    return commit
+
+
+def _run(
+    paths: LineagePaths,
+    state: _State,
+    head: pygit2.Commit,
+    edited: pygit2.Commit | None,
+    n: int,
+    cursor: int,
+    marker: dict[str, Any],
+    attempt: _Attempt,
+    model: ModelConfig,
+    ceilings: Ceilings,
+    api_key: str | None,
+    provenance: Provenance | None,
+    cancel: threading.Event | None,
+    hook: Callable[[str], None],
+    runtime: Runtime,
+    started_at: str,
+    clock: float,
+) -> GenerationOutcome:
+    lineage, observations = state.lineage, state.observations
+    constraints = constraints_manifest(ceilings, model)
+    thread, box = _start_broker_async(runtime, {
+        "kernel_dir": attempt.kernel_dir, "private_dir": attempt.private_dir, "model": model,
+        "constraints": constraints, "api_key": api_key, "generation": n,
+        "replay_cursor": cursor,
+    })
+    try:
+        journal = _blob(lineage, head.tree, JOURNAL_FILE)
+        publish.atomic_write(attempt.kernel_dir / JOURNAL_FILE, journal)
+        publish.atomic_write(
+            attempt.kernel_dir / "input.tar",
+            publish.input_archive(lineage, head.tree, head.commit_time),
+        )
+    finally:
+        thread.join()
+    if "error" in box:
+        raise box["error"]
+    attempt.broker = box["broker"]
+
+    scope, attempt.scope = attempt.scope, None
+    result = runtime.run_sandbox(
+        kernel_dir=attempt.kernel_dir, ceilings=ceilings, scope_name=_scope_name(paths, n),
+        cancel=cancel, scope=scope,
+    )
+    hook("after-sandbox")
+    broker, attempt.broker = attempt.broker, None
+    assert broker is not None
+    report = broker.stop()
+    if getattr(result, "cancelled", False) or (cancel is not None and cancel.is_set()):
+        recovery.recover(paths)
+        raise GenerationCancelled(
+            f"kernel: generation {n} of {paths.branch} was cancelled; discarded (it re-runs), "
+            f"its model spend ${report.accounted_usd} recorded"
+        )
+
+    timestamp = _now()
+    outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, timestamp)
+    commit_id = publish.create_commit(lineage, outcome.tree, head.id, outcome.subject)
+    hook("after-lineage-object")
+    marker.update(phase="publishing", lineage_commit=str(commit_id))
+    publish.write_marker(paths, marker)
+
+    record = _observation(
+        n=n, started_at=started_at, duration_ms=int((time.monotonic() - clock) * 1000),
+        result=result, outcome=outcome, commit=commit_id, model=model,
+        constraints=constraints, report=report, provenance=provenance,
+    )
+    data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
+    obs_path = observation_path(n)
+    obs_commit = publish.commit_observation_files(
+        observations, paths.observation_branch, state.obs_head, {obs_path: data},
+        observation_subject(n, outcome.outcome),
+    )
+    hook("after-observation-commit")
+    publish.checkout_paths(observations, obs_commit, [obs_path])
+
+    publish.cas_ref(lineage, paths.branch, head.id, commit_id, f"ouro: gen {n}")
+    hook("after-branch-move")
+    commit = lineage[commit_id]
+    assert isinstance(commit, pygit2.Commit)
+    written: list[str] = []
+
+    def progress(path: str) -> None:
+        written.append(path)
+        if len(written) == 1:
+            hook("mid-worktree-write")
+
+    publish.checkout_worktree(lineage, commit, progress)
+    hook("before-marker-removal")
+    publish.remove_marker(paths)
+    shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
+    shutil.rmtree(attempt.private_dir, ignore_errors=True)
+    return GenerationOutcome(
+        generation=n,
+        status=outcome.status,
+        outcome=outcome.outcome,
+        lineage_commit=str(commit_id),
+        observation_commit=str(obs_commit.id),
+        accounted_usd=report.accounted_usd,
+        duration_ms=int((time.monotonic() - clock) * 1000),
+        exit_status=result.exit_status,
+        external_edit=str(edited.id) if edited is not None else None,
+    )
+
+
+def _blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes:
+    data = _blob_bytes(repo, tree, path)
+    return data if data is not None else b""
+

@@ -1,0 +1,553 @@
+"""The git side of one generation: trees, commits, compare-and-swap refs, the marker.
+
+Trusted harness; never mounted into a generation. All git access is pygit2.
+Nothing here decides anything about a generation; ``generation`` and
+``recovery`` compose these steps into the transaction.
+
+Compare-and-swap: ``cas_ref`` locks the ref through a libgit2 reference
+transaction (the same ``refs/heads/<name>.lock`` file git itself takes, created
+with O_EXCL), reads the ref's current value while holding that lock, and only
+then writes the new target; a value other than the expected one (or a lock
+held by someone else) is a ``ConcurrentChangeError`` and nothing is written.
+Any writer that honours git's ref locks -- git, libgit2, another ouro -- can
+therefore never be overwritten.
+
+Trees are built from explicit entries (never from the index or .gitignore
+rules), so every file is "force-added": nothing the organism or a human
+writes can be hidden from the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pygit2
+from pygit2.enums import CheckoutStrategy, DiffOption
+
+from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
+from .errors import ConcurrentChangeError, DecoderRejection, PreflightError, RecoveryError
+from .formats import Change
+
+__all__ = [
+    "MARKER_FILE",
+    "MARKER_SCHEMA",
+    "PRIVATE_DIR",
+    "FileEntry",
+    "atomic_write",
+    "branch_head",
+    "build_tree",
+    "cas_ref",
+    "change_between",
+    "checkout_paths",
+    "checkout_tree",
+    "checkout_worktree",
+    "commit_observation_files",
+    "create_commit",
+    "death_tree",
+    "input_archive",
+    "marker_path",
+    "open_lineage",
+    "open_observations",
+    "published_tree",
+    "read_marker",
+    "remove_marker",
+    "restored_organism",
+    "signature",
+    "with_journal",
+    "worktree_tree",
+    "write_marker",
+]
+
+MARKER_FILE = "ouro-generation.json"
+MARKER_SCHEMA = "ouro-generation-intent/v1"
+PRIVATE_DIR = "ouro-private"  # under the git dir: broker HOME/TMPDIR and audit, never mounted
+
+FILE = pygit2.GIT_FILEMODE_BLOB
+EXECUTABLE = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE
+LINK = pygit2.GIT_FILEMODE_LINK
+TREE = pygit2.GIT_FILEMODE_TREE
+_NAME = "ouroboros"
+_EMAIL = "ouroboros@localhost"
+
+
+def signature() -> pygit2.Signature:
+    """The kernel's git identity, stamped now (a module-level Signature would freeze its time)."""
+    return pygit2.Signature(_NAME, _EMAIL)
+
+
+# ---------------------------------------------------------------- opening
+
+
+def open_lineage(paths: LineagePaths) -> pygit2.Repository:
+    """The lineage repository, whose worktree must be ``paths.worktree``."""
+    try:
+        repo = pygit2.Repository(str(paths.git_dir))
+    except (pygit2.GitError, OSError) as exc:
+        raise PreflightError(f"kernel: {paths.git_dir} is not a lineage git dir: {exc}") from exc
+    workdir = repo.workdir
+    if not workdir or Path(workdir).resolve() != Path(paths.worktree).resolve():
+        raise PreflightError(
+            f"kernel: {paths.git_dir} has worktree {workdir!r}, not {paths.worktree}: "
+            "the lineage's places do not belong together"
+        )
+    return repo
+
+
+def open_observations(paths: LineagePaths) -> pygit2.Repository:
+    try:
+        repo = pygit2.Repository(str(paths.observations))
+    except (pygit2.GitError, OSError) as exc:
+        raise PreflightError(
+            f"kernel: {paths.observations} is not an observation repository: {exc}"
+        ) from exc
+    if repo.is_bare or not repo.workdir:
+        raise PreflightError(f"kernel: {paths.observations} has no worktree")
+    return repo
+
+
+def branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
+    ref = repo.references.get(f"refs/heads/{branch}")
+    if ref is None:
+        return None
+    commit = repo.get(ref.target)
+    return commit if isinstance(commit, pygit2.Commit) else None
+
+
+# ---------------------------------------------------------------- compare-and-swap
+
+
+def cas_ref(
+    repo: pygit2.Repository, branch: str, expected: pygit2.Oid, new: pygit2.Oid, message: str
+) -> None:
+    """Move ``refs/heads/<branch>`` from ``expected`` to ``new``, or raise and write nothing."""
+    refname = f"refs/heads/{branch}"
+    try:
+        with repo.transaction() as txn:
+            txn.lock_ref(refname)
+            ref = repo.references.get(refname)
+            current = ref.target if ref is not None else None
+            if current != expected:
+                raise ConcurrentChangeError(
+                    f"kernel: {refname} in {repo.path} moved behind ouro's back "
+                    f"(expected {expected}, found {current}); nothing was overwritten: "
+                    "find out who changed it, then run recovery"
+                )
+            txn.set_target(refname, new, None, message)
+    except pygit2.GitError as exc:
+        raise ConcurrentChangeError(
+            f"kernel: cannot lock {refname} in {repo.path} ({exc}): another writer holds it"
+        ) from exc
+
+
+# ---------------------------------------------------------------- trees
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One blob to place in a tree: a regular file or a symlink."""
+
+    path: str
+    kind: Literal["file", "symlink"]
+    data: bytes
+    executable: bool = False
+
+
+def _check_path(path: str) -> list[str]:
+    """Defense in depth behind the decoder: a relative path with no way out of the tree."""
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or any(p in ("", ".", "..") or p.casefold() == ".git" or "\0" in p for p in parts)
+    ):
+        raise DecoderRejection(f"kernel: refusing to publish path {path!r}", path=path)
+    return parts
+
+
+Node = dict[str, "Node | tuple[pygit2.Oid, int]"]
+
+
+def _insert(root: Node, parts: list[str], value: Node | tuple[pygit2.Oid, int], path: str) -> None:
+    node = root
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise DecoderRejection(f"kernel: {path!r} runs through a file", path=path)
+        node = child
+    leaf = parts[-1]
+    if leaf in node:
+        if isinstance(value, dict) and isinstance(node[leaf], dict):
+            return
+        raise DecoderRejection(f"kernel: {path!r} appears twice", path=path)
+    node[leaf] = value
+
+
+def _write_tree(repo: pygit2.Repository, node: Node) -> pygit2.Oid | None:
+    """Write a nested node bottom-up; empty directories vanish (git has none)."""
+    builder = repo.TreeBuilder()
+    count = 0
+    for name in sorted(node):
+        value = node[name]
+        if isinstance(value, dict):
+            oid = _write_tree(repo, value)
+            if oid is None:
+                continue
+            builder.insert(name, oid, TREE)
+        else:
+            builder.insert(name, value[0], value[1])
+        count += 1
+    return builder.write() if count else None
+
+
+def build_tree(
+    repo: pygit2.Repository,
+    entries: Iterable[FileEntry],
+    *,
+    kept: dict[str, tuple[pygit2.Oid, int]] | None = None,
+) -> pygit2.Oid:
+    """A tree of ``entries`` plus ``kept`` top-level objects (kernel-owned files)."""
+    root: Node = {}
+    for entry in entries:
+        parts = _check_path(entry.path)
+        if len(parts) == 1 and parts[0] in KERNEL_OWNED_NAMES:
+            raise DecoderRejection(f"kernel: {entry.path!r} is kernel-owned", path=entry.path)
+        mode = LINK if entry.kind == "symlink" else (EXECUTABLE if entry.executable else FILE)
+        _insert(root, parts, (repo.create_blob(entry.data), mode), entry.path)
+    for name, value in (kept or {}).items():
+        _insert(root, [name], value, name)
+    oid = _write_tree(repo, root)
+    if oid is None:
+        oid = repo.TreeBuilder().write()
+    return oid
+
+
+def _walk_worktree(top: Path) -> Iterator[FileEntry]:
+    """Every file and symlink under ``top``; ``.git`` entries are git's own, never content."""
+    stack: list[tuple[bytes, str]] = [(os.fsencode(top), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as listing:
+            for item in listing:
+                try:
+                    name = item.name.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise PreflightError(
+                        f"kernel: {item.path!r} has a name that is not UTF-8: rename it"
+                    ) from exc
+                if name.casefold() == ".git":  # git's own; it never stores such a name
+                    continue
+                rel = prefix + name
+                mode = item.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    yield FileEntry(rel, "symlink", os.readlink(item.path))
+                elif stat.S_ISDIR(mode):
+                    stack.append((item.path, rel + "/"))
+                elif stat.S_ISREG(mode):
+                    with open(item.path, "rb") as handle:
+                        data = handle.read()
+                    yield FileEntry(rel, "file", data, bool(mode & stat.S_IXUSR))
+                else:
+                    raise PreflightError(
+                        f"kernel: {rel} in the worktree is neither a file, a directory nor a "
+                        "symlink: remove it"
+                    )
+
+
+def worktree_tree(repo: pygit2.Repository, worktree: Path) -> pygit2.Oid:
+    """The worktree as it is now, every file included whatever .gitignore says."""
+    root: Node = {}
+    try:
+        for entry in _walk_worktree(worktree):
+            mode = LINK if entry.kind == "symlink" else (EXECUTABLE if entry.executable else FILE)
+            _insert(root, entry.path.split("/"), (repo.create_blob(entry.data), mode), entry.path)
+    except OSError as exc:
+        raise PreflightError(f"kernel: cannot read the worktree {worktree}: {exc}") from exc
+    except DecoderRejection as exc:  # duplicate names cannot happen on a filesystem
+        raise PreflightError(f"kernel: {exc}") from exc
+    oid = _write_tree(repo, root)
+    return oid if oid is not None else repo.TreeBuilder().write()
+
+
+def _blob_entries(
+    repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = ""
+) -> Iterator[tuple[str, pygit2.Object, int]]:
+    for item in tree:
+        path = prefix + (item.name or "")
+        if item.filemode == TREE:
+            yield path + "/", item, TREE
+            sub = repo[item.id]
+            assert isinstance(sub, pygit2.Tree)
+            yield from _blob_entries(repo, sub, path + "/")
+        elif item.filemode in (FILE, EXECUTABLE, LINK):
+            yield path, item, item.filemode
+        # gitlinks (submodules) carry no content of this tree: skipped
+
+
+def input_archive(repo: pygit2.Repository, tree: pygit2.Tree, mtime: int) -> bytes:
+    """A tar of the committed tree minus the kernel-owned top-level names."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, item, mode in _blob_entries(repo, tree):
+            if path.split("/", 1)[0] in KERNEL_OWNED_NAMES:
+                continue
+            info = tarfile.TarInfo(path.rstrip("/"))
+            info.mtime = mtime
+            if mode == TREE:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+                continue
+            blob = repo[item.id]
+            assert isinstance(blob, pygit2.Blob)
+            data = blob.data
+            if mode == LINK:
+                info.type = tarfile.SYMTYPE
+                info.linkname = data.decode("utf-8", "surrogateescape")
+                info.mode = 0o777
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                info.mode = 0o755 if mode == EXECUTABLE else 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _kernel_owned(tree: pygit2.Tree) -> dict[str, tuple[pygit2.Oid, int]]:
+    return {
+        item.name: (item.id, item.filemode)
+        for item in tree
+        if item.name in KERNEL_OWNED_NAMES and item.name != ".git"
+    }
+
+
+def published_tree(
+    repo: pygit2.Repository, head: pygit2.Commit, entries: Iterable[FileEntry], journal: bytes
+) -> pygit2.Oid:
+    """The organism's result, with the kernel-owned files of ``head`` and the new journal."""
+    kept = _kernel_owned(head.tree)
+    kept[JOURNAL_FILE] = (repo.create_blob(journal), FILE)
+    return build_tree(repo, entries, kept=kept)
+
+
+def with_journal(repo: pygit2.Repository, tree: pygit2.Tree, journal: bytes) -> pygit2.Oid:
+    """``tree`` with journal.md replaced."""
+    builder = repo.TreeBuilder(tree)
+    builder.insert(JOURNAL_FILE, repo.create_blob(journal), FILE)
+    oid: pygit2.Oid = builder.write()
+    return oid
+
+
+def restored_organism(
+    repo: pygit2.Repository, head: pygit2.Commit
+) -> tuple[pygit2.Oid, int] | None:
+    """organism.el as it was before its most recent change (first-parent), or None.
+
+    The nearest first-parent ancestor whose organism.el exists and differs from
+    head's gives the body; with no such ancestor the current body stays.
+    """
+    current = head.tree[ORGANISM_FILE].id if ORGANISM_FILE in head.tree else None
+    commit = head
+    while commit.parents:
+        commit = commit.parents[0]
+        if ORGANISM_FILE in commit.tree:
+            item = commit.tree[ORGANISM_FILE]
+            if item.id != current:
+                return item.id, item.filemode
+    return None
+
+
+def death_tree(repo: pygit2.Repository, head: pygit2.Commit, journal: bytes) -> pygit2.Oid:
+    """Head's tree, organism.el restored, the new journal: nothing of the organism's kept."""
+    builder = repo.TreeBuilder(head.tree)
+    restored = restored_organism(repo, head)
+    if restored is not None:
+        builder.insert(ORGANISM_FILE, restored[0], restored[1])
+    builder.insert(JOURNAL_FILE, repo.create_blob(journal), FILE)
+    oid: pygit2.Oid = builder.write()
+    return oid
+
+
+def change_between(repo: pygit2.Repository, old: pygit2.Tree, new: pygit2.Tree) -> Change:
+    """Paths changed (kernel-owned files excepted) and organism.el's line stats.
+
+    A path counts once however it changed (content, mode, type); no rename
+    detection, so a rename changes two paths. organism.el counts as changed
+    only when its bytes changed, so its stats are never +0/-0.
+    """
+    diff = old.diff_to_tree(new)
+    paths: set[str] = set()
+    for delta in diff.deltas:
+        path = delta.new_file.path or delta.old_file.path
+        if path.split("/", 1)[0] in KERNEL_OWNED_NAMES:
+            continue
+        paths.add(path)
+    added = deleted = 0
+    if ORGANISM_FILE in paths:
+        before = old[ORGANISM_FILE].id if ORGANISM_FILE in old else None
+        after = new[ORGANISM_FILE].id if ORGANISM_FILE in new else None
+        if before != after:
+            patch = pygit2.Patch.create_from(
+                _blob(repo, before), _blob(repo, after), flag=DiffOption.FORCE_TEXT
+            )
+            _, added, deleted = patch.line_stats
+    return Change(added, deleted, added + deleted > 0, len(paths))
+
+
+def _blob(repo: pygit2.Repository, oid: pygit2.Oid | None) -> pygit2.Blob | None:
+    if oid is None:
+        return None
+    blob = repo[oid]
+    return blob if isinstance(blob, pygit2.Blob) else None
+
+
+def create_commit(
+    repo: pygit2.Repository, tree: pygit2.Oid, parent: pygit2.Oid, subject: str
+) -> pygit2.Oid:
+    """A commit object with the kernel's identity, on no branch."""
+    author = signature()
+    oid: pygit2.Oid = repo.create_commit(None, author, author, subject + "\n", tree, [parent])
+    return oid
+
+
+# ---------------------------------------------------------------- worktrees
+
+
+def checkout_worktree(
+    repo: pygit2.Repository, commit: pygit2.Commit, progress: Callable[[str], None] | None = None
+) -> None:
+    """Make the worktree and index exactly ``commit``: untracked and ignored files go too."""
+
+    class _Progress(pygit2.CheckoutCallbacks):
+        def checkout_progress(self, path: str | None, completed: int, total: int) -> None:
+            if progress is not None and path is not None:
+                progress(path)
+
+    try:
+        checkout_tree(
+            repo,
+            commit.tree,
+            CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED
+            | CheckoutStrategy.REMOVE_IGNORED,
+            callbacks=_Progress() if progress is not None else None,
+        )
+    except (pygit2.GitError, OSError) as exc:
+        raise RecoveryError(
+            f"kernel: rewriting the worktree {repo.workdir} to {commit.id} failed ({exc}); "
+            "run recovery"
+        ) from exc
+
+
+def checkout_paths(repo: pygit2.Repository, commit: pygit2.Commit, paths: list[str]) -> None:
+    """Bring ``paths`` of the worktree and index to ``commit`` (the observation repo)."""
+    if paths:
+        checkout_tree(repo, commit.tree, CheckoutStrategy.FORCE, paths=paths)
+
+
+def checkout_tree(
+    repo: pygit2.Repository, tree: pygit2.Tree, strategy: CheckoutStrategy, **options: Any
+) -> None:
+    """pygit2's checkout_tree, typed."""
+    repo.checkout_tree(tree, strategy=strategy, **options)  # type: ignore[no-untyped-call]
+
+
+def commit_observation_files(
+    repo: pygit2.Repository,
+    branch: str,
+    expected: pygit2.Commit,
+    files: dict[str, bytes],
+    subject: str,
+) -> pygit2.Commit:
+    """Commit ``files`` (``dir/name`` paths) onto the observation branch, CAS from ``expected``."""
+    builders: dict[str, pygit2.TreeBuilder] = {}
+    root = repo.TreeBuilder(expected.tree)
+    for path, data in files.items():
+        directory, _, name = path.rpartition("/")
+        if not directory or "/" in directory:
+            raise ValueError(f"observation path {path!r} must be dir/name")
+        if directory not in builders:
+            try:
+                subtree = repo[expected.tree[directory].id]
+            except KeyError:
+                subtree = None
+            builders[directory] = (
+                repo.TreeBuilder(subtree) if isinstance(subtree, pygit2.Tree)
+                else repo.TreeBuilder()
+            )
+        builders[directory].insert(name, repo.create_blob(data), FILE)
+    for directory, builder in builders.items():
+        root.insert(directory, builder.write(), TREE)
+    commit_id = create_commit(repo, root.write(), expected.id, subject)
+    cas_ref(repo, branch, expected.id, commit_id, f"ouro: {subject}")
+    commit = repo[commit_id]
+    assert isinstance(commit, pygit2.Commit)
+    return commit
+
+
+# ---------------------------------------------------------------- the intent marker
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def marker_path(paths: LineagePaths) -> Path:
+    return Path(paths.git_dir) / MARKER_FILE
+
+
+def write_marker(paths: LineagePaths, marker: dict[str, Any]) -> None:
+    atomic_write(marker_path(paths), (json.dumps(marker, indent=2) + "\n").encode("utf-8"))
+
+
+def read_marker(paths: LineagePaths) -> tuple[bool, dict[str, Any] | None]:
+    """(present, content); content None when present but unreadable or of another schema."""
+    try:
+        text = marker_path(paths).read_bytes()
+    except FileNotFoundError:
+        return False, None
+    except OSError:
+        return True, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return True, None
+    if not isinstance(value, dict) or value.get("schema") != MARKER_SCHEMA:
+        return True, None
+    return True, value
+
+
+def remove_marker(paths: LineagePaths) -> None:
+    try:
+        os.unlink(marker_path(paths))
+    except FileNotFoundError:
+        return
+    _fsync_dir(marker_path(paths).parent)

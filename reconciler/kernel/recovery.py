@@ -1,0 +1,341 @@
+"""Recovery: make a lineage's two repositories agree again after a crash at any instant.
+
+Trusted harness. A generation publishes in this order (see ``generation``):
+intent marker -> lineage commit object C (on no branch) -> marker "publishing"
+-> observation naming C (compare-and-swap) -> lineage branch H -> C
+(compare-and-swap) -> worktree rewritten -> marker removed. So after a crash:
+
+- an observation names C, C's parent is the branch head: roll forward (move the
+  branch, rewrite the worktree);
+- a marker and no observation for its generation: discard (the generation
+  re-runs); its model spend, read from the broker's audit file, is committed to
+  the observation repo as ``interrupted/NNNN-<stamp>.json`` -- not a generation;
+- a marker for a generation that is fully published: reset the worktree, drop
+  the marker;
+- anything else (observations and generation commits disagree in another way)
+  is a ``RecoveryError`` for a human.
+
+The worktree is reset to the branch whenever the marker says "publishing", so
+a half-written worktree never looks like a human's edit. Every step is
+idempotent: a second ``recover`` finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Literal
+
+import pygit2
+
+from . import publish
+from .config import LineagePaths
+from .errors import KernelError, PreflightError, RecoveryError
+from .formats import is_generation_subject, observation_path, parse_generation_subject
+
+__all__ = [
+    "INTERRUPTED_DIR",
+    "INTERRUPTED_SCHEMA",
+    "KERNEL_DIR_PREFIX",
+    "RecoveryReport",
+    "count_generations",
+    "count_observations",
+    "discard",
+    "interrupted_path",
+    "interrupted_subject",
+    "recover",
+]
+
+INTERRUPTED_DIR = "interrupted"
+INTERRUPTED_SCHEMA = "ouro-interrupted-generation/v1"
+KERNEL_DIR_PREFIX = "ouro-kernel-"
+GENERATIONS_DIR = "generations"
+
+Action = Literal["none", "rolled-forward", "discarded", "cleaned-up"]
+
+
+def interrupted_path(generation: int, stamp: str) -> str:
+    """Where a discarded attempt's spend is recorded in the observation repo."""
+    return f"{INTERRUPTED_DIR}/{generation:04d}-{stamp}.json"
+
+
+def interrupted_subject(generation: int) -> str:
+    return f"observe: interrupted gen {generation} (discarded)"
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    action: Action
+    generation: int | None = None
+    lineage_commit: str | None = None
+    interrupted_record: str | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.detail or self.action
+
+
+# ---------------------------------------------------------------- reading both repos
+
+
+def count_generations(head: pygit2.Commit) -> tuple[int, pygit2.Commit | None]:
+    """Generation commits in first-parent history, and the newest of them."""
+    count, newest = 0, None
+    commit: pygit2.Commit | None = head
+    while commit is not None:
+        if is_generation_subject(commit.message.split("\n", 1)[0]):
+            count += 1
+            newest = newest or commit
+        commit = commit.parents[0] if commit.parents else None
+    return count, newest
+
+
+def count_observations(repo: pygit2.Repository, head: pygit2.Commit) -> int:
+    if GENERATIONS_DIR not in head.tree:
+        return 0
+    tree = repo[head.tree[GENERATIONS_DIR].id]
+    if not isinstance(tree, pygit2.Tree):
+        return 0
+    return sum(1 for item in tree if (item.name or "").endswith(".json"))
+
+
+def read_observation(
+    repo: pygit2.Repository, head: pygit2.Commit, generation: int
+) -> dict[str, Any] | None:
+    try:
+        blob = repo[head.tree[observation_path(generation)].id]
+        if not isinstance(blob, pygit2.Blob):
+            return None
+        value = json.loads(blob.data)
+    except (KeyError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _alive(marker: dict[str, Any]) -> bool:
+    """Is the process that wrote the marker still running (same pid, same start time)?"""
+    pid, start = marker.get("pid"), marker.get("pid_start")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z" and (start is None or fields[19] == str(start))
+
+
+def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> None:
+    """The attempt's private dir (under the git dir) and kernel dir (a temp dir), if ours."""
+    if marker is None:
+        return
+    private_root = (Path(paths.git_dir) / publish.PRIVATE_DIR).resolve()
+    private = marker.get("private_dir")
+    if isinstance(private, str):
+        candidate = Path(private).resolve()
+        if candidate.parent == private_root:
+            shutil.rmtree(candidate, ignore_errors=True)
+    kernel = marker.get("kernel_dir")
+    if isinstance(kernel, str):
+        candidate = Path(kernel).resolve()
+        if (
+            candidate.name.startswith(KERNEL_DIR_PREFIX)
+            and candidate.parent == Path(tempfile.gettempdir()).resolve()
+        ):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> None:
+    from pygit2.enums import CheckoutStrategy
+
+    publish.checkout_tree(repo, head.tree, CheckoutStrategy.FORCE)
+
+
+def _spend(calls: list[dict[str, Any]]) -> Decimal:
+    total = Decimal(0)
+    for call in calls:
+        with contextlib.suppress(InvalidOperation, TypeError, ValueError):
+            value = call.get("accounted_usd")
+            if value is not None:
+                total += Decimal(str(value))
+    return total
+
+
+def _read_audit(private_dir: object) -> list[dict[str, Any]]:
+    if not isinstance(private_dir, str):
+        return []
+    from .broker import Broker
+
+    return Broker.read_audit(Path(private_dir))
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------- the cases
+
+
+def discard(
+    paths: LineagePaths,
+    lineage: pygit2.Repository,
+    observations: pygit2.Repository,
+    marker: dict[str, Any] | None,
+    generation: int,
+    reason: str,
+) -> RecoveryReport:
+    """Record an unpublished attempt's spend, reset what it may have touched, drop the marker."""
+    head = publish.branch_head(observations, paths.observation_branch)
+    if head is None:
+        raise RecoveryError(f"kernel: {paths.observations} has no {paths.observation_branch}")
+    stamp = marker.get("attempt") if marker else None
+    if not isinstance(stamp, str) or not stamp.replace(".", "").replace("-", "").isalnum():
+        stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+    record_path = interrupted_path(generation, stamp)
+    calls = _read_audit(marker.get("private_dir") if marker else None)
+    if record_path not in head.tree:  # idempotent: a second discard writes nothing
+        record = {
+            "schema": INTERRUPTED_SCHEMA,
+            "generation": generation,
+            "started_at": marker.get("started_at") if marker else None,
+            "discarded_at": _now(),
+            "reason": reason,
+            "phase": marker.get("phase") if marker else None,
+            "lineage_head": marker.get("lineage_head") if marker else None,
+            "observation_head": marker.get("observation_head") if marker else None,
+            "lineage_commit": marker.get("lineage_commit") if marker else None,
+            "accounted_usd": str(_spend(calls)),
+            "model_calls": calls,
+        }
+        data = (json.dumps(record, indent=2) + "\n").encode("utf-8")
+        head = publish.commit_observation_files(
+            observations, paths.observation_branch, head, {record_path: data},
+            interrupted_subject(generation),
+        )
+    _sync_observation_worktree(observations, head)
+    if marker is None or marker.get("phase") != "running":
+        branch = publish.branch_head(lineage, paths.branch)
+        if branch is not None:
+            publish.checkout_worktree(lineage, branch)
+    publish.remove_marker(paths)
+    _remove_leftovers(paths, marker)
+    return RecoveryReport(
+        "discarded", generation, None, record_path,
+        f"generation {generation} was interrupted before its observation: discarded "
+        f"(it re-runs; spend ${_spend(calls)} recorded in {record_path})",
+    )
+
+
+def recover(paths: LineagePaths) -> RecoveryReport:
+    """Roll forward or discard an interrupted generation; a no-op when there is none."""
+    try:
+        return _recover(paths)
+    except (KernelError, RecoveryError):
+        raise
+    except (pygit2.GitError, OSError) as exc:
+        raise RecoveryError(f"kernel: recovery of {paths.branch} failed: {exc}") from exc
+
+
+def _recover(paths: LineagePaths) -> RecoveryReport:
+    try:
+        lineage = publish.open_lineage(paths)
+        observations = publish.open_observations(paths)
+    except PreflightError as exc:
+        raise RecoveryError(str(exc)) from exc
+    present, marker = publish.read_marker(paths)
+    if marker is not None and _alive(marker):
+        raise RecoveryError(
+            f"kernel: generation {marker.get('generation')} of {paths.branch} is still running "
+            f"(pid {marker.get('pid')}); let it finish or stop it first"
+        )
+    head = publish.branch_head(lineage, paths.branch)
+    obs_head = publish.branch_head(observations, paths.observation_branch)
+    if head is None or obs_head is None:
+        raise RecoveryError(f"kernel: {paths.branch} or {paths.observation_branch} is missing")
+    generations, newest = count_generations(head)
+    observed = count_observations(observations, obs_head)
+
+    if observed == generations + 1:
+        return _roll_forward(paths, lineage, observations, head, obs_head, generations, marker)
+    if observed != generations:
+        raise RecoveryError(
+            f"kernel: {paths.branch} has {generations} generation commits but "
+            f"{paths.observations} has {observed} observations: unbalanced beyond recovery"
+        )
+    if generations:
+        last = read_observation(observations, obs_head, generations)
+        if newest is None or last is None or last.get("lineage_commit") != str(newest.id):
+            raise RecoveryError(
+                f"kernel: observation {generations} does not name gen {generations} "
+                f"({newest.id if newest else None}): unbalanced beyond recovery"
+            )
+    if not present:
+        return RecoveryReport("none", detail="nothing to recover")
+    if marker is None:
+        return discard(paths, lineage, observations, None, generations + 1,
+                       "intent marker unreadable")
+    number = marker.get("generation")
+    if number == generations and generations and marker.get("lineage_commit") == str(head.id):
+        if marker.get("phase") != "running":
+            publish.checkout_worktree(lineage, head)
+        _sync_observation_worktree(observations, obs_head)
+        publish.remove_marker(paths)
+        _remove_leftovers(paths, marker)
+        return RecoveryReport(
+            "cleaned-up", generations, str(head.id), None,
+            f"generation {generations} was published; worktree reset, marker dropped",
+        )
+    if number == generations + 1:
+        return discard(paths, lineage, observations, marker, generations + 1,
+                       f"interrupted in phase {marker.get('phase')}")
+    raise RecoveryError(
+        f"kernel: the intent marker names generation {number!r}, but {paths.branch} has "
+        f"{generations}: leftovers a human must look at ({publish.marker_path(paths)})"
+    )
+
+
+def _roll_forward(
+    paths: LineagePaths,
+    lineage: pygit2.Repository,
+    observations: pygit2.Repository,
+    head: pygit2.Commit,
+    obs_head: pygit2.Commit,
+    generations: int,
+    marker: dict[str, Any] | None,
+) -> RecoveryReport:
+    number = generations + 1
+    record = read_observation(observations, obs_head, number)
+    named = record.get("lineage_commit") if record else None
+    target = lineage.get(named) if isinstance(named, str) else None
+    parsed = (
+        parse_generation_subject(target.message) if isinstance(target, pygit2.Commit) else None
+    )
+    if (
+        not isinstance(target, pygit2.Commit)
+        or [str(p) for p in target.parent_ids[:1]] != [str(head.id)]
+        or parsed is None
+        or parsed.number != number
+    ):
+        raise RecoveryError(
+            f"kernel: observation {number} names {named!r}, which is not gen {number} on top "
+            f"of {paths.branch} ({head.id}): unbalanced beyond recovery"
+        )
+    publish.cas_ref(lineage, paths.branch, head.id, target.id, f"ouro: roll forward gen {number}")
+    publish.checkout_worktree(lineage, target)
+    _sync_observation_worktree(observations, obs_head)
+    publish.remove_marker(paths)
+    _remove_leftovers(paths, marker)
+    return RecoveryReport(
+        "rolled-forward", number, str(target.id), None,
+        f"generation {number} was observed but not published: rolled forward to "
+        f"{str(target.id)[:12]}",
+    )
