@@ -1,0 +1,256 @@
+"""plan_lineage as data: (spec + faked observed state) -> expected action and reason.
+
+Each row is one situation a human could be in; the planner is pure, so no
+repository is needed here (tests/plan/test_plan_repos.py does it for real).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.kernel.config import (
+    Ceilings,
+    Identity,
+    LineagePaths,
+    ModelConfig,
+    constraints_manifest,
+)
+from reconciler.observe import Interrupted, Observed, ReadProblem
+from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
+
+ME = Identity("https://example.invalid/ouro.git", "main", "a" * 40, "b" * 64)
+OTHER_COMMIT = "c" * 40
+PATHS = LineagePaths(Path("/l/x"), Path("/l/x.git"), Path("/l/x.observations"),
+                     "lineage-x", "observations/lineage-x")
+META = {"schema": "ouroboros-lineage/v2", "instrument_repository": ME.repository,
+        "instrument_ref": "main", "instrument_commit": ME.commit,
+        "instrument_fingerprint": ME.fingerprint, "seed_sha256": "d" * 64}
+OBS_META = {**META, "schema": "ouroboros-observations/v1", "lineage_branch": "lineage-x",
+            "observation_branch": "observations/lineage-x"}
+
+
+@dataclass(frozen=True)
+class FakeSpec:
+    name: str = "x"
+    generations: int = 5
+    sha256: str = "e" * 64
+    instrument_pin: str | None = None
+    model_config: ModelConfig = field(
+        default_factory=lambda: ModelConfig("echo", "echo", budget_usd=Decimal("0.50")))
+    ceilings_config: Ceilings = field(default_factory=Ceilings)
+
+    def paths(self) -> LineagePaths:
+        return PATHS
+
+    def model(self) -> ModelConfig:
+        return self.model_config
+
+    def ceilings(self) -> Ceilings:
+        return self.ceilings_config
+
+
+def record(model: ModelConfig | None = None, ceilings: Ceilings | None = None) -> dict[str, Any]:
+    model = model or FakeSpec().model_config
+    return {"generation": 3, "provider": model.provider, "model": model.name,
+            "constraints": constraints_manifest(ceilings or Ceilings(), model)}
+
+
+def observed(**changes: Any) -> Observed:
+    """A healthy lineage at 3 generations, with ``changes`` applied."""
+    base = Observed(
+        paths=PATHS, worktree_exists=True, git_dir_exists=True, observations_exist=True,
+        is_lineage=True, root_commit="1" * 40, lineage_metadata=dict(META),
+        observation_metadata=dict(OBS_META), lineage_head="2" * 40, observation_head="3" * 40,
+        head_branch="lineage-x", generations=3, last_generation=None, observed_generations=3,
+        last_observation=record(), dirty=False, dirty_paths=(), interrupted=None, problems=(),
+        full_walk=False,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+NOTHING = dict(worktree_exists=False, git_dir_exists=False, observations_exist=False,
+               is_lineage=False, root_commit=None, lineage_metadata=None,
+               observation_metadata=None, lineage_head=None, observation_head=None,
+               head_branch=None, generations=0, observed_generations=0, last_observation=None)
+
+
+def problem(code: str, message: str = "damage") -> dict[str, Any]:
+    return {"problems": (ReadProblem(code, message),)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    spec: FakeSpec
+    seen: dict[str, Any]
+    action: str
+    reason: str | None = None
+    missing: int = 0
+    says: str = ""  # a fragment the message must contain
+
+
+ROWS = [
+    Row("create-when-nothing-exists", FakeSpec(), NOTHING, "create", missing=5,
+        says="apply creates it"),
+    Row("create-zero-generations", FakeSpec(generations=0), NOTHING, "create", missing=0),
+    Row("extend-three-of-five", FakeSpec(), {}, "extend", missing=2, says="runs 2 more"),
+    Row("in-sync", FakeSpec(generations=3), {}, "in-sync", says="nothing to do"),
+    Row("ahead", FakeSpec(generations=1), {}, "ahead", says="more than the 1"),
+    Row("extend-dirty-worktree", FakeSpec(), {"dirty": True, "dirty_paths": ("a.txt",)},
+        "extend", missing=2),
+    Row("recover-roll-forward", FakeSpec(), {"interrupted": Interrupted(
+        "roll-forward", 4, "9" * 40, "publishing", "observation 4 names 999")},
+        "recover", missing=1),
+    Row("recover-discard", FakeSpec(), {"interrupted": Interrupted(
+        "discard", 4, None, "running", "generation 4 was interrupted")}, "recover", missing=2),
+    Row("recover-cleanup-in-sync", FakeSpec(generations=3), {"interrupted": Interrupted(
+        "cleanup", 3, "2" * 40, "publishing", "published")}, "recover", missing=0),
+    Row("refuse-spec-pin-mismatch", FakeSpec(instrument_pin=OTHER_COMMIT), {}, "refuse",
+        "spec-pin-mismatch", says="change spec.instrument.commit"),
+    Row("refuse-spec-pin-mismatch-even-for-create", FakeSpec(instrument_pin=OTHER_COMMIT),
+        NOTHING, "refuse", "spec-pin-mismatch"),
+    Row("spec-pin-matches", FakeSpec(instrument_pin=ME.commit), {}, "extend", missing=2),
+    Row("refuse-not-a-lineage", FakeSpec(), problem("not-a-lineage"), "refuse",
+        "not-a-lineage", says="point spec.storage"),
+    Row("refuse-branch-mismatch", FakeSpec(), problem("branch-mismatch"), "refuse",
+        "branch-mismatch", says="check out the spec's branch"),
+    Row("refuse-no-metadata", FakeSpec(), {**problem("no-metadata"), "lineage_metadata": None},
+        "refuse", "no-metadata", says="start a new lineage"),
+    Row("refuse-partial-paths", FakeSpec(), {**problem("partial-paths"),
+                                              "observations_exist": False},
+        "refuse", "partial-paths", says="restore the missing places"),
+    Row("no-metadata-beats-partial-paths", FakeSpec(),
+        {"problems": (ReadProblem("partial-paths", "missing"),
+                      ReadProblem("no-metadata", "old"))}, "refuse", "no-metadata"),
+    Row("refuse-instrument-commit-drift", FakeSpec(),
+        {"lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT}}, "refuse",
+        "instrument-commit-drift", says="run the ouro at that commit, or start a new lineage"),
+    Row("refuse-fingerprint-drift", FakeSpec(),
+        {"lineage_metadata": {**META, "instrument_fingerprint": "0" * 64},
+         "observation_metadata": {**OBS_META, "instrument_fingerprint": "0" * 64}},
+        "refuse", "fingerprint-drift", says="different physics"),
+    Row("drift-beats-recover", FakeSpec(),
+        {"lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT},
+         "interrupted": Interrupted("discard", 4, None, "running", "x")},
+        "refuse", "instrument-commit-drift"),
+    Row("refuse-observation-metadata-differs", FakeSpec(),
+        {"observation_metadata": {**OBS_META, "seed_sha256": "f" * 64}}, "refuse",
+        "observation-disagrees", says="seed_sha256"),
+    Row("refuse-observation-metadata-other-branch", FakeSpec(),
+        {"observation_metadata": {**OBS_META, "lineage_branch": "lineage-y"}}, "refuse",
+        "observation-disagrees", says="lineage_branch"),
+    Row("refuse-observation-names-foreign-commit", FakeSpec(),
+        problem("observation-disagrees", "observation 3 names abab"), "refuse",
+        "observation-disagrees", says="observation 3 names abab"),
+    Row("refuse-unbalanced", FakeSpec(),
+        problem("unbalanced", "3 generation commits but 1 observations"), "refuse",
+        "unbalanced", says="ouro verify"),
+    Row("unbalanced-beats-recover", FakeSpec(),
+        {**problem("unbalanced"),
+         "interrupted": Interrupted("discard", 4, None, "running", "x")},
+        "refuse", "unbalanced"),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+def test_plan_row(row: Row) -> None:
+    result = plan_lineage(row.spec, observed(**row.seen), ME)
+    assert (result.action, result.reason) == (row.action, row.reason), result.message
+    assert result.missing_generations == row.missing
+    assert result.max_spend_usd == row.missing * row.spec.model_config.budget_usd
+    assert row.says in result.message
+    assert result.name in result.message
+
+
+def test_every_action_and_reason_has_a_row() -> None:
+    assert {row.action for row in ROWS} == set(ACTIONS)
+    assert {row.reason for row in ROWS} - {None} == set(REASONS)
+
+
+def test_refused_lineage_still_reports_what_was_read() -> None:
+    result = plan_lineage(FakeSpec(), observed(**problem("unbalanced")), ME)
+    assert result.observed_generations == 3
+    assert result.heads == {"lineage": "2" * 40, "observation": "3" * 40}
+
+
+def test_drift_message_names_both_instruments() -> None:
+    seen = observed(lineage_metadata={**META, "instrument_commit": OTHER_COMMIT})
+    message = plan_lineage(FakeSpec(), seen, ME).message
+    assert OTHER_COMMIT[:12] in message and ME.commit[:12] in message
+    assert META["instrument_fingerprint"][:12] in message
+
+
+@pytest.mark.parametrize(
+    ("id_", "spec", "fields"),
+    [
+        ("no-change", FakeSpec(), []),
+        ("model", FakeSpec(model_config=ModelConfig("echo", "echo-2",
+                                                    budget_usd=Decimal("0.50"))), ["model"]),
+        ("provider", FakeSpec(model_config=ModelConfig("replay", "echo",
+                                                       budget_usd=Decimal("0.50"))),
+         ["provider"]),
+        ("wall", FakeSpec(ceilings_config=Ceilings(wall_seconds=1200)),
+         ["constraints.generation.cpu_quota_percent", "constraints.generation.wall_seconds"]),
+        ("budget", FakeSpec(model_config=ModelConfig("echo", "echo", budget_usd=Decimal("2"))),
+         ["constraints.model.spending_budget.amount"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_changes_against_last_observation(id_: str, spec: FakeSpec, fields: list[str]) -> None:
+    result = plan_lineage(spec, observed(), ME)
+    assert [c.field for c in result.changes] == fields
+
+
+def test_budget_change_shows_both_amounts() -> None:
+    spec = FakeSpec(model_config=ModelConfig("echo", "echo", budget_usd=Decimal("2")))
+    (change,) = plan_lineage(spec, observed(), ME).changes
+    assert (change.observed, change.desired) == ("0.50", "2")
+
+
+@pytest.mark.parametrize(
+    ("rows", "exit_code"),
+    [
+        ([(FakeSpec(generations=3), {})], 0),
+        ([(FakeSpec(generations=1), {})], 0),
+        ([(FakeSpec(generations=3), {}), (FakeSpec(), {})], 2),
+        ([(FakeSpec(), NOTHING)], 2),
+        ([(FakeSpec(), {}), (FakeSpec(), problem("unbalanced"))], 1),
+    ],
+    ids=["in-sync", "ahead-is-not-pending", "extend-pending", "create-pending",
+         "any-refusal"],
+)
+def test_exit_codes(rows: list[tuple[FakeSpec, dict[str, Any]]], exit_code: int) -> None:
+    plan = make_plan([(spec, observed(**seen)) for spec, seen in rows], ME)
+    assert plan.exit_code == exit_code
+
+
+def test_worst_case_spend_is_decimal_and_summed() -> None:
+    cheap = FakeSpec(model_config=ModelConfig("echo", "echo", budget_usd=Decimal("0.10")))
+    dear = FakeSpec(name="y", model_config=ModelConfig("openai", "gpt", budget_usd=Decimal("1.25")))
+    plan = make_plan([(cheap, observed()), (dear, observed(**NOTHING))], ME)
+    assert plan.max_spend_usd == Decimal("0.20") + Decimal("6.25")
+    assert isinstance(plan.max_spend_usd, Decimal)
+    assert plan.counts["extend"] == 1 and plan.counts["create"] == 1
+
+
+def test_loaded_spec_generations_are_read_from_the_document() -> None:
+    from reconciler.plan import desired_generations
+
+    class Body:
+        generations = 9
+
+    class Document:
+        spec = Body()
+
+    @dataclass
+    class Loaded:
+        spec: Any
+        name: str = "z"
+
+    assert desired_generations(Loaded(Document())) == 9  # type: ignore[arg-type]
