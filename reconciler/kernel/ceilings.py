@@ -18,9 +18,10 @@ Backends, tried in this order by ``enforcement: auto``:
 - ``cgroup1``: one cgroup per hierarchy (cpu, cpuacct, memory, pids).
 
 Every backend starts the child through a gate: ``/bin/sh`` waits on a pipe
-until the kernel has put it into the scope and checked that it is there, then
-execs the real command. No ``preexec_fn`` (unsafe with threads); a failure
-before the gate opens kills the child, which never ran anything.
+(its stdin) until the kernel has put it into the scope and checked that it is
+there, then execs the real command with stdin from /dev/null. No
+``preexec_fn`` (unsafe with threads); a failure before the gate opens kills
+the child, which never ran anything.
 
 The wall limit is the sandbox's (a timer that calls ``Scope.kill``); the
 systemd backend also sets ``RuntimeMaxSec`` as a backstop.
@@ -170,12 +171,13 @@ def _check_values(ceilings: Ceilings) -> None:
 # ---------------------------------------------------------------- the gate
 
 
-def _gate_argv(read_fd: int, argv: Sequence[str]) -> list[str]:
-    script = (
-        f'read -r go <&{read_fd} || exit 125; exec {read_fd}<&-; '
-        f'[ "$go" = go ] || exit 125; exec "$@"'
-    )
-    return ["/bin/sh", "-c", script, "ouro-gate", *argv]
+# The gate reads "go" on its stdin (a pipe from the kernel), then execs the command
+# with stdin from /dev/null: a scope's child never gets any other stdin.
+_GATE = 'read -r go || exit 125; [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+
+
+def _gate_argv(argv: Sequence[str]) -> list[str]:
+    return ["/bin/sh", "-c", _GATE, "ouro-gate", *argv]
 
 
 class _Gated:
@@ -187,13 +189,14 @@ class _Gated:
         popen_kwargs: dict[str, Any],
         wrap: Callable[[list[str]], list[str]] = list,
     ) -> None:
+        if popen_kwargs.get("stdin") not in (None, subprocess.DEVNULL):
+            raise ValueError("a scope's child always reads /dev/null")
         read_fd, self._write_fd = os.pipe()
         os.set_inheritable(self._write_fd, False)
-        kwargs = dict(popen_kwargs)
-        kwargs["pass_fds"] = (*tuple(kwargs.get("pass_fds", ())), read_fd)
+        kwargs = {**popen_kwargs, "stdin": read_fd}
         try:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-                wrap(_gate_argv(read_fd, argv)), **kwargs
+                wrap(_gate_argv(argv)), **kwargs
             )
         except BaseException:
             os.close(self._write_fd)
