@@ -301,6 +301,34 @@ def _find_root(repo: pygit2.Repository, start: pygit2.Commit) -> pygit2.Commit:
     return root
 
 
+def _root_via_first_observation(
+    lin: _LineageRead, obs: _ObservationRead, paths: LineagePaths, problems: _Problems
+) -> pygit2.Commit:
+    """The root, found from the commit observation 1 names (usually one step from it).
+
+    Observation 1 must name a ``gen 1`` commit of this lineage; if it does not, that
+    is reported and the root is found the slow way, from the branch head.
+    """
+    assert lin.repo is not None and lin.head is not None
+    named = _names(obs.record(1))
+    first = lin.repo.get(named) if named else None
+    if not isinstance(first, pygit2.Commit):
+        problems.add(
+            "observation-disagrees",
+            f"{paths.observations}: observation 1 names commit {named}, which is not in "
+            "the lineage",
+        )
+        return _find_root(lin.repo, lin.head)
+    parsed = formats.parse_generation_subject(_subject(first))
+    if parsed is None or parsed.number != 1:
+        problems.add(
+            "unbalanced",
+            f"{paths.observations}: observation 1 names {named}, which is "
+            f"{_subject(first)!r}, not gen 1",
+        )
+    return _find_root(lin.repo, first)
+
+
 def _check_root(read: _LineageRead, paths: LineagePaths, problems: _Problems) -> None:
     assert read.repo is not None and read.root is not None
     root = read.root
@@ -618,11 +646,7 @@ def observe(paths: LineagePaths) -> Observed:
                     status = parsed.status if parsed is not None else None
                     last = GenerationCommit(generations, status, str(lin.newest_gen.id))
                 if lin.root is None:
-                    first = _names(obs.record(1))
-                    start = lin.repo.get(first) if first else None
-                    lin.root = _find_root(
-                        lin.repo, start if isinstance(start, pygit2.Commit) else lin.head
-                    )
+                    lin.root = _root_via_first_observation(lin, obs, paths, problems)
             else:
                 full_walk = True
                 lin.generations, lin.root = _full_walk(lin.repo, lin.head)

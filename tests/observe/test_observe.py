@@ -92,6 +92,11 @@ def _names_foreign_commit(b: LineageBuilder) -> None:
     b.observe(1, "ab" * 20)
 
 
+def _first_record_foreign(b: LineageBuilder) -> None:
+    _gens(3)(b)
+    b.observe(1, "cd" * 20)  # the newest record still agrees: the O(1) check must not miss it
+
+
 def _names_other_commit(b: LineageBuilder) -> None:
     b.gen(observe=False)
     b.observe(1, b.seed)
@@ -166,6 +171,8 @@ CASES = [
     Case("observation-missing", _missing_observation, 3, 2, problems=("unbalanced",)),
     Case("observations-ahead-by-two", _extra_observations, 1, 3, problems=("unbalanced",)),
     Case("record-names-foreign-commit", _names_foreign_commit, 1, 1,
+         problems=("observation-disagrees",)),
+    Case("first-record-names-foreign-commit", _first_record_foreign, 3, 3,
          problems=("observation-disagrees",)),
     Case("record-names-other-commit", _names_other_commit, 1, 1, problems=("unbalanced",)),
     Case("forged-gen-commit", _forged_generation, 3, 2, problems=("unbalanced",)),

@@ -1,0 +1,118 @@
+"""Plan output: terraform-style text, a stable JSON document, a markdown PR comment."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+
+import pytest
+
+from reconciler.kernel.config import Identity
+from reconciler.plan import Change, LineagePlan, Plan, make_plan
+from reconciler.render import (
+    FORMAT_VERSION,
+    plan_document,
+    plan_json,
+    plan_markdown,
+    print_plan,
+    summary_line,
+)
+
+ME = Identity("r", "main", "a" * 40, "b" * 64)
+
+
+def item(name: str, action: str, *, reason: str | None = None, missing: int = 0,
+         spend: str = "0", changes: tuple[Change, ...] = ()) -> LineagePlan:
+    return LineagePlan(
+        name=name, action=action, reason=reason,  # type: ignore[arg-type]
+        message=f"lineage {name}: {action} because", observed_generations=3,
+        desired_generations=3 + missing, missing_generations=missing,
+        max_spend_usd=Decimal(spend), changes=changes,
+        heads={"lineage": "1" * 40, "observation": "2" * 40}, spec_sha256="c" * 64,
+    )
+
+
+def sample_plan() -> Plan:
+    items = (
+        item("alpha", "create", missing=3, spend="3.00"),
+        item("beta", "extend", missing=2, spend="0.50",
+             changes=(Change("model", "echo", "echo-2"),)),
+        item("gamma", "in-sync"),
+        item("delta", "refuse", reason="unbalanced"),
+        item("eps", "ahead"),
+        item("zeta", "recover", missing=1, spend="1"),
+    )
+    counts = {a: sum(1 for i in items if i.action == a)
+              for a in ("create", "extend", "in-sync", "ahead", "recover", "refuse")}
+    return Plan(lineages=items, instrument=ME, counts=counts)
+
+
+def test_summary_line() -> None:
+    assert summary_line(sample_plan()) == (
+        "Plan: 1 to create, 1 to extend, 1 to recover, 1 in sync, 1 ahead, 1 refused. "
+        "Worst-case spend: $4.50"
+    )
+
+
+def test_text_has_a_marker_per_lineage_and_no_colour_off_terminal() -> None:
+    out = io.StringIO()
+    print_plan(sample_plan(), out)
+    text = out.getvalue()
+    lines = text.splitlines()
+    markers = {line.split()[1]: line[2] for line in lines if line[:2] == "  "
+               and len(line) > 3 and line[2] in "+~=!" and line[3] == " "}
+    assert markers == {"alpha": "+", "beta": "~", "gamma": "=", "delta": "!", "eps": "=",
+                       "zeta": "~"}
+    assert "model: 'echo' -> 'echo-2'" in text
+    assert "\x1b[" not in text
+    assert lines[-1].startswith("Plan: ")
+
+
+def test_colour_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = io.StringIO()
+    print_plan(sample_plan(), out)
+    assert "\x1b[" in out.getvalue()
+
+
+def test_json_document_is_stable() -> None:
+    document = json.loads(plan_json(sample_plan()))
+    assert document["format_version"] == FORMAT_VERSION == 1
+    first = document["lineages"][0]
+    assert set(first) >= {"name", "action", "reason", "message", "observed_generations",
+                          "desired_generations", "missing_generations", "max_spend_usd",
+                          "changes", "heads"}
+    assert first["max_spend_usd"] == "3.00" and isinstance(first["max_spend_usd"], str)
+    assert document["lineages"][1]["changes"] == [
+        {"field": "model", "observed": "echo", "desired": "echo-2"}]
+    assert document["summary"]["max_spend_usd"] == "4.50"
+    assert document["summary"]["exit_code"] == 1
+    assert plan_document(sample_plan()) == document
+
+
+def test_markdown_puts_refusals_first() -> None:
+    text = plan_markdown(sample_plan())
+    headings = [line for line in text.splitlines() if line.startswith("#### ")]
+    assert headings[0].startswith("#### ! refuse")
+    assert [h.split()[2] for h in headings] == ["refuse", "recover", "create", "extend",
+                                                "ahead", "in-sync"]
+    assert "| `delta` | `unbalanced` | 3 |" in text
+    assert "Worst-case spend: $4.50" in text
+
+
+def test_markdown_escapes_pipes() -> None:
+    plan = Plan(lineages=(item("a", "refuse", reason="unbalanced"),), instrument=ME,
+                counts={"refuse": 1})
+    plan = Plan(lineages=(LineagePlan(**{**plan.lineages[0].__dict__, "message": "a|b"}),),
+                instrument=ME, counts={"refuse": 1})
+    assert "a\\|b" in plan_markdown(plan)
+
+
+def test_empty_plan() -> None:
+    plan = make_plan([], ME)
+    out = io.StringIO()
+    print_plan(plan, out)
+    assert out.getvalue().strip() == summary_line(plan)
+    assert plan.exit_code == 0
