@@ -1,0 +1,5 @@
+"""Fixtures of tests/kernel_generation (defined in helpers.py, shared with the test files)."""
+
+from tests.kernel_generation.helpers import born, fake, identity, run_fake
+
+__all__ = ["born", "fake", "identity", "run_fake"]
