@@ -142,9 +142,16 @@ class _Document:
     spec: LineageSpec
 
 
+def _one_line(text: str) -> str:
+    """Escape what is not printable (a key may hold a newline): one problem, one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _problem(shown: str, line: int, column: int, field: str, message: str) -> Problem:
-    return Problem(file=shown, line=max(1, line), column=max(1, column), field=field,
-                   message=message)
+    return Problem(file=_one_line(shown), line=max(1, line), column=max(1, column),
+                   field=_one_line(field), message=_one_line(message))
 
 
 def _collect(paths: Sequence[Path], problems: list[Problem]) -> list[_Source]:
