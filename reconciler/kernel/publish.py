@@ -62,6 +62,7 @@ __all__ = [
     "read_marker",
     "remove_marker",
     "restored_organism",
+    "set_index",
     "signature",
     "with_journal",
     "worktree_tree",
@@ -90,17 +91,24 @@ def signature() -> pygit2.Signature:
 
 def open_lineage(paths: LineagePaths) -> pygit2.Repository:
     """The lineage repository, whose worktree must be ``paths.worktree``."""
-    try:
-        repo = pygit2.Repository(str(paths.git_dir))
-    except (pygit2.GitError, OSError) as exc:
-        raise PreflightError(f"kernel: {paths.git_dir} is not a lineage git dir: {exc}") from exc
-    workdir = repo.workdir
-    if not workdir or Path(workdir).resolve() != Path(paths.worktree).resolve():
-        raise PreflightError(
-            f"kernel: {paths.git_dir} has worktree {workdir!r}, not {paths.worktree}: "
-            "the lineage's places do not belong together"
-        )
-    return repo
+    git_dir, worktree = Path(paths.git_dir).resolve(), Path(paths.worktree).resolve()
+    # The git dir names its worktree (core.worktree), or the worktree's .git file names
+    # the git dir (a plain `git clone --separate-git-dir`); either way both must agree.
+    for place in (git_dir, worktree):
+        try:
+            repo = pygit2.Repository(str(place))
+        except (pygit2.GitError, OSError):
+            continue
+        if (
+            repo.workdir
+            and Path(repo.workdir).resolve() == worktree
+            and Path(repo.path).resolve() == git_dir
+        ):
+            return repo
+    raise PreflightError(
+        f"kernel: {paths.git_dir} and {paths.worktree} are not one lineage's git dir and "
+        "worktree: the lineage's places do not belong together"
+    )
 
 
 def open_observations(paths: LineagePaths) -> pygit2.Repository:
@@ -440,6 +448,7 @@ def checkout_worktree(
             | CheckoutStrategy.REMOVE_IGNORED,
             callbacks=_Progress() if progress is not None else None,
         )
+        set_index(repo, commit.tree)
     except (pygit2.GitError, OSError) as exc:
         raise RecoveryError(
             f"kernel: rewriting the worktree {repo.workdir} to {commit.id} failed ({exc}); "
@@ -451,6 +460,14 @@ def checkout_paths(repo: pygit2.Repository, commit: pygit2.Commit, paths: list[s
     """Bring ``paths`` of the worktree and index to ``commit`` (the observation repo)."""
     if paths:
         checkout_tree(repo, commit.tree, CheckoutStrategy.FORCE, paths=paths)
+
+
+def set_index(repo: pygit2.Repository, tree: pygit2.Tree) -> None:
+    """The index is ``tree``: a checkout that found a file already right leaves a stale
+    entry (e.g. after a crash mid-rewrite), and git would then show a phantom change."""
+    index = repo.index
+    index.read_tree(tree)
+    index.write()
 
 
 def checkout_tree(

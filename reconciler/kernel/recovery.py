@@ -158,6 +158,7 @@ def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> 
     from pygit2.enums import CheckoutStrategy
 
     publish.checkout_tree(repo, head.tree, CheckoutStrategy.FORCE)
+    publish.set_index(repo, head.tree)
 
 
 def _spend(calls: list[dict[str, Any]]) -> Decimal:
