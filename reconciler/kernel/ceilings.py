@@ -355,10 +355,12 @@ class _CgroupScope:
 
     def kill(self) -> None:
         self.killed = True
-        _kill_group(self.groups, self._kill_file())
+        # The main process first: a sandbox (bwrap --die-with-parent, own pid namespace)
+        # then loses its init, and the kernel kills the namespace at once, forks included.
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
+        _kill_group(self.groups, self._kill_file())
 
     def close(self) -> None:
         _kill_group(self.groups, self._kill_file())

@@ -3,7 +3,7 @@
 Rule: the organism sees exactly CONTRACT.md "Inside a generation" and nothing
 else -- a fresh size-limited /work, bounded /tmp and /run, read-only /usr
 (plus /etc/alternatives, so Debian's /usr/bin/emacs resolves), the kernel
-folder read-only at /kernel, HOME and PATH only, no IP network, its own
+folder read-only at /kernel, a read-only root, HOME and PATH only, no IP network, its own
 user/pid/ipc/uts/cgroup namespaces, no capabilities, no terminal, no inherited
 descriptors. No host path of the lineage, no git dir, no secret is in the
 argument list or the environment: the bwrap process itself gets an empty
@@ -92,6 +92,9 @@ def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
         args += ["--size", str(size), "--tmpfs", mount]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--ro-bind", str(kernel_dir), KERNEL_MOUNT]
+    # bwrap's own root is an unbounded tmpfs: once every mount point exists, make it
+    # read-only, so /work, /tmp and /run are the only (bounded) places to write.
+    args += ["--remount-ro", "/"]
     args += [
         "--unshare-user", "--disable-userns", "--unshare-net", "--unshare-pid",
         "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
