@@ -17,7 +17,7 @@ from reconciler.errors import OuroError
 
 app = typer.Typer(
     name="ouro",
-    help="Declarative lineages of self-modifying programs: plan and apply them like infrastructure.",
+    help="Declarative lineages of self-modifying programs: plan and apply them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -29,7 +29,8 @@ for _module in (validate, plan, apply, verify, doctor):
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a typer.Exit comes back as its exit code
+        sys.exit(code if isinstance(code, int) else 0)
     except OuroError as error:
         print(str(error), file=sys.stderr)
         sys.exit(1)

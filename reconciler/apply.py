@@ -1,0 +1,297 @@
+"""Apply: run a plan until the lineages match their specs. Side effects live here.
+
+Flow (fixed and visible, like pyinfra's): observe, plan, show, stop if refused
+as a whole, confirm, then per lineage — under its lock — recover leftovers,
+re-plan against what is there now, create if needed, and run the missing
+generations one at a time. Lineages run in parallel; generations of one lineage
+never do. A generation that ran is never re-run: death is a result, not an
+error. Only infrastructure that failed before a generation started
+(``TransientError``) is retried, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from reconciler.errors import ApplyError, OuroError
+from reconciler.events import EventLog
+from reconciler.kernel import errors as kernel_errors
+from reconciler.kernel.config import Identity
+from reconciler.load import LoadedSpec
+from reconciler.locks import LineageLock
+from reconciler.observe import observe
+from reconciler.plan import LineagePlan, plan_lineage
+from reconciler.provenance import spec_provenance
+
+RUNNABLE = ("create", "extend", "recover")
+TRANSIENT_ATTEMPTS = 4
+
+
+@dataclass
+class Limits:
+    """Shared stop conditions of one apply; checked at generation boundaries only."""
+
+    deadline: float | None = None  # time.monotonic() value
+    max_generations: int | None = None
+    stop: threading.Event = field(default_factory=threading.Event)  # first Ctrl-C
+    cancel: threading.Event = field(default_factory=threading.Event)  # second Ctrl-C
+    _granted: int = 0
+    _mutex: threading.Lock = field(default_factory=threading.Lock)
+    stopped_by: str | None = None
+
+    def may_continue(self) -> bool:
+        """Neither interrupted nor past the deadline."""
+        with self._mutex:
+            return self._may_continue()
+
+    def _may_continue(self) -> bool:
+        if self.stop.is_set():
+            self.stopped_by = self.stopped_by or "interrupt"
+            return False
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.stopped_by = self.stopped_by or "deadline"
+            return False
+        return True
+
+    def take_generation(self) -> bool:
+        """May one more generation start? Reserves it if so."""
+        with self._mutex:
+            if not self._may_continue():
+                return False
+            if self.max_generations is not None and self._granted >= self.max_generations:
+                self.stopped_by = self.stopped_by or "max-generations"
+                return False
+            self._granted += 1
+            return True
+
+
+@dataclass
+class LineageResult:
+    name: str
+    planned_action: str
+    generations_run: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    spend_usd: Decimal = Decimal(0)
+    errors: list[str] = field(default_factory=list)
+    refusal: str | None = None
+    recovered: str | None = None
+    final_action: str | None = None
+    final_generations: int | None = None
+    desired_generations: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "planned_action": self.planned_action,
+            "generations_run": self.generations_run,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "spend_usd": str(self.spend_usd),
+            "errors": self.errors,
+            "refusal": self.refusal,
+            "recovered": self.recovered,
+            "final_action": self.final_action,
+            "observed_generations": self.final_generations,
+            "desired_generations": self.desired_generations,
+        }
+
+
+class Reporter(Protocol):
+    """What apply tells the person (or machine) watching."""
+
+    def lineage_started(self, name: str, done: int, desired: int) -> None: ...
+    def generation_started(self, name: str, number: int, desired: int) -> None: ...
+    def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None: ...
+    def lineage_finished(self, result: LineageResult) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+def default_parallelism(specs: Sequence[LoadedSpec]) -> int:
+    """As many lineages as the host's cores can give their CPU quotas, at least one."""
+    if not specs:
+        return 1
+    cores = os.cpu_count() or 1
+    widest = max(s.ceilings().cpu_quota_percent for s in specs)
+    return max(1, min(len(specs), (cores * 100) // max(1, widest)))
+
+
+def _retrying() -> Retrying:
+    return Retrying(
+        retry=retry_if_exception_type(kernel_errors.TransientError),
+        stop=stop_after_attempt(TRANSIENT_ATTEMPTS),
+        wait=wait_exponential_jitter(initial=0.2, max=3.0),
+        reraise=True,
+    )
+
+
+@dataclass
+class Engine:
+    """Runs lineages; one instance per apply."""
+
+    identity: Identity
+    limits: Limits
+    reporter: Reporter
+    events: EventLog
+    lock_timeout: float
+    on_lineage_done: Callable[[LoadedSpec], None] | None = None
+
+    def run(
+        self, jobs: Sequence[tuple[LoadedSpec, LineagePlan]], parallel: int
+    ) -> list[LineageResult]:
+        results: list[LineageResult] = []
+        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="lineage") as pool:
+            futures: list[tuple[LoadedSpec, LineagePlan, Future[LineageResult]]] = [
+                (spec, planned, pool.submit(self.run_lineage, spec, planned))
+                for spec, planned in jobs
+            ]
+            for spec, planned, future in futures:
+                while True:
+                    try:
+                        results.append(future.result(timeout=0.2))
+                        break
+                    except TimeoutError:
+                        continue
+                    except Exception as error:  # a bug in one lineage must not hide the others
+                        result = LineageResult(spec.name, planned.action)
+                        result.errors.append(
+                            f"ouro: internal error ({type(error).__name__}): {error}"
+                        )
+                        results.append(result)
+                        break
+        return results
+
+    def run_lineage(self, spec: LoadedSpec, planned: LineagePlan) -> LineageResult:
+        from reconciler.kernel import lineage, recovery
+
+        result = LineageResult(
+            spec.name, planned.action, desired_generations=spec.spec.spec.generations
+        )
+        paths = spec.paths()
+        try:
+            with LineageLock(spec.name, paths.git_dir, timeout=self.lock_timeout):
+                observed = observe(paths)
+                current = plan_lineage(spec, observed, self.identity)
+                if current.action == "recover":
+                    report = recovery.recover(paths)
+                    result.recovered = str(report)
+                    self.events.emit("recovered", lineage=spec.name, report=str(report))
+                    self.reporter.note(
+                        f"{spec.name}: recovered an interrupted generation ({report})"
+                    )
+                    observed = observe(paths)
+                    current = plan_lineage(spec, observed, self.identity)
+                if current.action == "refuse":
+                    result.refusal = current.message
+                    self.events.emit(
+                        "refused", lineage=spec.name, reason=current.reason, message=current.message
+                    )
+                    return self._finish(spec, result)
+                if current.action == "create":
+                    if not self.limits.may_continue():
+                        return self._finish(spec, result)
+                    for attempt in _retrying():
+                        with attempt:
+                            lineage.init_lineage(paths, self.identity)
+                    self.events.emit("created", lineage=spec.name, path=str(paths.worktree))
+                self._run_generations(spec, current, result)
+        except (OuroError, kernel_errors.KernelError) as error:
+            result.errors.append(str(error))
+            self.events.emit(
+                "error", lineage=spec.name, error=str(error), kind=type(error).__name__
+            )
+        return self._finish(spec, result)
+
+    def _run_generations(
+        self, spec: LoadedSpec, current: LineagePlan, result: LineageResult
+    ) -> None:
+        from reconciler.kernel import generation
+
+        paths = spec.paths()
+        desired = current.desired_generations
+        done = current.observed_generations
+        model = spec.model()
+        ceilings = spec.ceilings()
+        provenance = spec_provenance(spec.file, spec.sha256)
+        api_key = os.environ.get(model.api_key_env) if model.api_key_env else None
+        self.reporter.lineage_started(spec.name, done, desired)
+        while done < desired:
+            if not self.limits.take_generation():
+                return
+            number = done + 1
+            self.reporter.generation_started(spec.name, number, desired)
+            self.events.emit("generation-started", lineage=spec.name, generation=number)
+            try:
+                for attempt in _retrying():
+                    with attempt:
+                        outcome = generation.run_generation(
+                            paths=paths,
+                            identity=self.identity,
+                            model=model,
+                            ceilings=ceilings,
+                            api_key=api_key,
+                            provenance=provenance,
+                            cancel=self.limits.cancel,
+                        )
+            except generation.GenerationCancelled:
+                self.events.emit("generation-cancelled", lineage=spec.name, generation=number)
+                self.reporter.note(f"{spec.name}: gen {number} stopped; nothing was published")
+                return
+            done = outcome.generation
+            result.generations_run += 1
+            result.outcomes[outcome.status] += 1
+            result.spend_usd += outcome.accounted_usd
+            self.events.emit(
+                "generation",
+                lineage=spec.name,
+                generation=outcome.generation,
+                status=outcome.status,
+                outcome=outcome.outcome,
+                lineage_commit=outcome.lineage_commit,
+                spend_usd=str(outcome.accounted_usd),
+            )
+            self.reporter.generation_finished(
+                spec.name, outcome.generation, outcome.outcome, outcome.accounted_usd
+            )
+            if self.limits.cancel.is_set():
+                return
+
+    def _finish(self, spec: LoadedSpec, result: LineageResult) -> LineageResult:
+        try:
+            final = plan_lineage(spec, observe(spec.paths()), self.identity)
+            result.final_action = final.action
+            result.final_generations = final.observed_generations
+        except OuroError as error:
+            result.errors.append(str(error))
+        self.reporter.lineage_finished(result)
+        if self.on_lineage_done is not None and result.generations_run:
+            self.on_lineage_done(spec)
+        return result
+
+
+def check_spend(plans: Sequence[LineagePlan], max_spend: Decimal | None) -> Decimal:
+    """The plan's worst case; refuses the whole apply when it is above ``max_spend``."""
+    worst = sum((p.max_spend_usd for p in plans if p.action in RUNNABLE), Decimal(0))
+    if max_spend is not None and worst > max_spend:
+        raise ApplyError(
+            f"ouro: the plan may spend up to ${worst} (missing generations × budget_usd), above "
+            f"--max-spend ${max_spend}: nothing was run; raise --max-spend, lower generations or "
+            "budget_usd, or apply fewer lineages with --select"
+        )
+    return worst
+
+
+__all__ = ["Engine", "Limits", "LineageResult", "Reporter", "check_spend", "default_parallelism"]

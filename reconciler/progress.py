@@ -1,0 +1,146 @@
+"""What apply shows while it runs: a live rich table on a terminal, plain lines elsewhere.
+
+Both reporters are thread-safe: lineages report from their own worker threads.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from reconciler.apply import LineageResult
+
+
+class PlainReporter:
+    """One line per event, for logs and CI."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self._mutex = threading.Lock()
+
+    def _say(self, text: str) -> None:
+        with self._mutex:
+            print(text, file=self.stream, flush=True)
+
+    def lineage_started(self, name: str, done: int, desired: int) -> None:
+        self._say(f"{name}: {done} of {desired} generations; running {desired - done}")
+
+    def generation_started(self, name: str, number: int, desired: int) -> None:
+        self._say(f"{name}: gen {number} of {desired} ...")
+
+    def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None:
+        self._say(f"{name}: gen {number}: {outcome} (${spend})")
+
+    def lineage_finished(self, result: LineageResult) -> None:
+        if result.refusal:
+            self._say(f"{result.name}: refused: {result.refusal}")
+        for error in result.errors:
+            self._say(f"{result.name}: error: {error}")
+        if result.generations_run:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items()))
+            self._say(
+                f"{result.name}: ran {result.generations_run} ({counts}), spent ${result.spend_usd}"
+            )
+
+    def note(self, message: str) -> None:
+        self._say(message)
+
+    def close(self) -> None:
+        pass
+
+
+class SilentReporter(PlainReporter):
+    """For --json: the report at the end is the whole output."""
+
+    def _say(self, text: str) -> None:
+        del text
+
+
+@dataclass
+class _Row:
+    desired: int
+    done: int
+    running: int | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    spend: Decimal = Decimal(0)
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    state: str = "waiting"
+
+
+class LiveReporter(PlainReporter):
+    """A live table on a terminal: per lineage, generation k of N, outcomes, spend, elapsed."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        super().__init__()
+        self.console = console or Console(stderr=True)
+        self.rows: dict[str, _Row] = {}
+        self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def _table(self) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for column in ("lineage", "generation", "outcomes", "spend", "elapsed", "state"):
+            table.add_column(column)
+        for name, row in self.rows.items():
+            end = row.finished or time.monotonic()
+            generation = f"{row.running or row.done} of {row.desired}"
+            outcomes = " ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "-"
+            table.add_row(
+                name, generation, outcomes, f"${row.spend}", f"{end - row.started:.0f}s", row.state
+            )
+        return table
+
+    def _refresh(self) -> None:
+        self.live.update(self._table())
+
+    def _say(self, text: str) -> None:
+        with self._mutex:
+            self.live.console.print(text)
+
+    def lineage_started(self, name: str, done: int, desired: int) -> None:
+        with self._mutex:
+            self.rows[name] = _Row(desired=desired, done=done, state="running")
+            self._refresh()
+
+    def generation_started(self, name: str, number: int, desired: int) -> None:
+        with self._mutex:
+            self.rows.setdefault(name, _Row(desired=desired, done=number - 1)).running = number
+            self._refresh()
+
+    def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None:
+        with self._mutex:
+            row = self.rows[name]
+            row.done, row.running = number, None
+            status = outcome.split(" ")[0]
+            row.outcomes[status] = row.outcomes.get(status, 0) + 1
+            row.spend += spend
+            self._refresh()
+
+    def lineage_finished(self, result: LineageResult) -> None:
+        with self._mutex:
+            row = self.rows.setdefault(
+                result.name,
+                _Row(desired=result.desired_generations, done=result.final_generations or 0),
+            )
+            row.finished = time.monotonic()
+            row.state = (
+                "refused"
+                if result.refusal
+                else "error"
+                if result.errors
+                else result.final_action or "done"
+            )
+            self._refresh()
+        super().lineage_finished(result)
+
+    def close(self) -> None:
+        self.live.stop()
