@@ -524,9 +524,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
+def _read_line_fd(fd: int) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1)  # byte by byte: nothing after the line is consumed
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def main() -> int:
     """The broker process: config (with the key) from stdin, then serve until told to stop."""
-    line = sys.stdin.buffer.readline()
+    line = _read_line_fd(0)
     try:
         config = json.loads(line)
         service = Service(config)
@@ -550,7 +560,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
 
     def watch_parent() -> None:  # end of file on stdin: the parent is gone
-        sys.stdin.buffer.read()
+        while os.read(0, 4096):  # the raw fd: a buffered reader would block shutdown
+            pass
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch_parent, daemon=True).start()
