@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
@@ -191,7 +191,9 @@ def _branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Oid | None:
     return target if isinstance(target, pygit2.Oid) else None
 
 
-def restored_organism(organisms: list[pygit2.Oid | None], parent_index: int) -> pygit2.Oid | None:
+def restored_organism(
+    organisms: Sequence[pygit2.Oid | None], parent_index: int
+) -> pygit2.Oid | None:
     """The organism.el a death whose parent is ``organisms[parent_index]`` must restore.
 
     ``organisms`` is the organism.el blob id (or None) of every first-parent

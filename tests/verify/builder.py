@@ -36,6 +36,38 @@ FINGERPRINT = "b" * 64
 _FLAGS = RepositoryInitFlag.NO_DOTGIT_DIR | RepositoryInitFlag.MKPATH
 
 
+def commit_of(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Commit:
+    commit = repo[oid]
+    assert isinstance(commit, pygit2.Commit)
+    return commit
+
+
+def blob_of(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
+    blob = repo[oid]
+    assert isinstance(blob, pygit2.Blob)
+    return bytes(blob.data)
+
+
+def tree_of(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    tree = repo[oid]
+    assert isinstance(tree, pygit2.Tree)
+    return tree
+
+
+def target(ref: pygit2.Reference) -> pygit2.Oid:
+    oid = ref.target
+    assert isinstance(oid, pygit2.Oid)
+    return oid
+
+
+def first_parent_chain(repo: pygit2.Repository, branch: str) -> list[pygit2.Commit]:
+    """Root first."""
+    chain = [commit_of(repo, target(repo.references[f"refs/heads/{branch}"]))]
+    while chain[-1].parent_ids:
+        chain.append(commit_of(repo, chain[-1].parent_ids[0]))
+    return chain[::-1]
+
+
 def lineage_paths(root: Path, name: str) -> LineagePaths:
     return LineagePaths(
         worktree=root / name,
@@ -150,7 +182,7 @@ class Lineage:
             else:
                 self.files[path] = data
         ref = self.repo.references.get(f"refs/heads/{self.paths.branch}")
-        parents = [ref.target] if ref is not None else []
+        parents = [target(ref)] if ref is not None else []
         oid = self.repo.create_commit(
             f"refs/heads/{self.paths.branch}",
             SIG,
@@ -169,8 +201,10 @@ class Lineage:
         files: dict[str, bytes] = {}
         parents: list[pygit2.Oid] = []
         if ref is not None:
-            parents = [ref.target]
-            files = self._files_of(self.observations, self.observations[ref.target].tree)
+            parents = [target(ref)]
+            files = self._files_of(
+                self.observations, commit_of(self.observations, target(ref)).tree
+            )
         for path, data in changes.items():
             if data is None:
                 files.pop(path, None)
@@ -191,15 +225,15 @@ class Lineage:
     ) -> dict[str, bytes]:
         files: dict[str, bytes] = {}
         for entry in tree:
-            path = prefix + entry.name
+            path = prefix + str(entry.name)
             if entry.type_str == "tree":
-                files.update(cls._files_of(repo, repo[entry.id], path + "/"))
+                files.update(cls._files_of(repo, tree_of(repo, entry.id), path + "/"))
             else:
-                files[path] = bytes(repo[entry.id].data)
+                files[path] = blob_of(repo, entry.id)
         return files
 
     def head(self) -> pygit2.Oid:
-        return self.repo.references[f"refs/heads/{self.paths.branch}"].target
+        return target(self.repo.references[f"refs/heads/{self.paths.branch}"])
 
     # ---------------------------------------------------------------- generations
 
@@ -351,8 +385,8 @@ class Lineage:
 
     def observation_record(self, n: int) -> dict[str, Any]:
         ref = self.observations.references[f"refs/heads/{self.paths.observation_branch}"]
-        tree = self.observations[ref.target].tree
-        data = bytes(self.observations[(tree / formats.observation_path(n)).id].data)
+        tree = commit_of(self.observations, target(ref)).tree
+        data = blob_of(self.observations, (tree / formats.observation_path(n)).id)
         record: dict[str, Any] = json.loads(data)
         return record
 
@@ -363,14 +397,7 @@ class Lineage:
     def rewrite_history_from(self, n: int, extra: dict[str, bytes]) -> None:
         """Rebuild the branch from generation n's commit on, with ``extra`` files in every
         tree from there: same subjects, new commit ids (a rewritten history)."""
-        chain: list[pygit2.Commit] = []
-        commit = self.repo[self.head()]
-        while True:
-            chain.append(commit)
-            if not commit.parent_ids:
-                break
-            commit = self.repo[commit.parent_ids[0]]
-        chain.reverse()
+        chain = first_parent_chain(self.repo, self.paths.branch)
         start = next(i for i, c in enumerate(chain) if c.id == self.commits[n])
         parent = chain[start - 1].id
         for old in chain[start:]:

@@ -18,7 +18,7 @@ import pytest
 from reconciler.audit import CODES, audit_lineage, restored_organism
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
-from tests.verify.builder import SEED, Lineage
+from tests.verify.builder import SEED, Lineage, first_parent_chain, tree_of
 
 LETHAL = b'(message "lethal")\n(kill-emacs 3)\n'
 GROWN = SEED + b'(message "grown")\n'
@@ -168,7 +168,9 @@ def observation_names_an_earlier_commit(lineage: Lineage) -> None:
 def observation_names_a_foreign_commit(lineage: Lineage) -> None:
     n = lineage.generation + 1
     lineage.no_change(observe=False)
-    lineage.write_observation(n, lineage.record(n, "no-change", "c" * 40, calls=[]), "no-change")
+    record = lineage.record(n, "no-change", lineage.commits[n], calls=[])
+    record["lineage_commit"] = "c" * 40
+    lineage.write_observation(n, record, "no-change")
 
 
 def observation_outcome_disagrees(lineage: Lineage) -> None:
@@ -272,7 +274,10 @@ def _set(key: str, value: object) -> Callable[[dict[str, object]], None]:
 
 
 def _drop(key: str) -> Callable[[dict[str, object]], None]:
-    return lambda record: record.pop(key)  # type: ignore[func-returns-value]
+    def change(record: dict[str, object]) -> None:
+        del record[key]
+
+    return change
 
 
 def _budget(value: object) -> Callable[[dict[str, object]], None]:
@@ -542,14 +547,7 @@ def test_the_original_fixtures_death_restores_the_body_before_the_external_edit(
     original_lineage: Path,
 ) -> None:
     repo = pygit2.Repository(str(original_lineage.parent / "fixture.git"))
-    chain = []
-    commit = repo[repo.references["refs/heads/lineage-fixture"].target]
-    while True:
-        chain.append(commit)
-        if not commit.parent_ids:
-            break
-        commit = repo[commit.parent_ids[0]]
-    chain.reverse()
+    chain = first_parent_chain(repo, "lineage-fixture")
     organisms = [(c.tree / "organism.el").id for c in chain]
     death = next(i for i, c in enumerate(chain) if c.message.startswith("gen 4: died"))
     edit = chain[death - 1]
@@ -561,20 +559,15 @@ def test_a_wrong_body_in_the_original_fixture_is_found(original_lineage: Path) -
     """Rewrite the fixture's death to keep the lethal body: the rule itself is at stake."""
     repo = pygit2.Repository(str(original_lineage.parent / "fixture.git"))
     ref = repo.references["refs/heads/lineage-fixture"]
-    chain = []
-    commit = repo[ref.target]
-    while commit.parent_ids:
-        chain.append(commit)
-        commit = repo[commit.parent_ids[0]]
-    chain.reverse()  # without the root
-    parent = commit.id
-    lethal = (repo[chain[4].id].tree / "organism.el").id  # the external edit's body
+    root, *chain = first_parent_chain(repo, "lineage-fixture")
+    parent = root.id
+    lethal = (chain[4].tree / "organism.el").id  # the external edit's body
     for old in chain:
         tree = old.tree
         if old.message.startswith("gen 4: died") or old.message.startswith("gen 5"):
             builder = repo.TreeBuilder(tree)
             builder.insert("organism.el", lethal, pygit2.enums.FileMode.BLOB)
-            tree = repo[builder.write()]
+            tree = tree_of(repo, builder.write())
         parent = repo.create_commit(None, old.author, old.committer, old.message, tree.id, [parent])
     ref.set_target(parent)
     codes = {

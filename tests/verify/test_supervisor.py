@@ -125,7 +125,8 @@ class Spawner:
             assert self.gate.wait(GATE)
         if self.error is not None:
             raise self.error
-        return self.child
+        child: Child = self.child  # type: ignore[assignment]  # BytesIO stands in for IO[bytes]
+        return child
 
 
 # ------------------------------------------------------------------ stop races
