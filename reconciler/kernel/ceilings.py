@@ -531,6 +531,7 @@ class Cgroup2Scope(_CgroupScope):
 
 # Where a running manager leaves its mark (sd_booted(3); the user manager's socket).
 SYSTEM_MANAGER_MARK = Path("/run/systemd/system")
+_USER_BUS_ENV = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 
 
 def _user_manager_mark() -> Path:
@@ -618,6 +619,12 @@ class SystemdScope:
     def popen(self, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         _popen_once(self)
         # systemd-run --scope execs its command: the gate is the unit's main process.
+        # A user manager is found through these two variables; bwrap's --clearenv keeps
+        # them (like everything else) out of the sandbox.
+        env = popen_kwargs.get("env")
+        if self.manager and env is not None:
+            found = {k: os.environ[k] for k in _USER_BUS_ENV if k in os.environ}
+            popen_kwargs = {**popen_kwargs, "env": {**env, **found}}
         gated = _Gated(argv, popen_kwargs, wrap=self.run_argv)
         try:
             self._verify(gated.proc)

@@ -126,8 +126,11 @@ def _walk(archive: bytes) -> int:
                 raise _reject(f"long name record of {size} bytes at byte {offset}")
         elif kind in _DATA_TYPES:
             count += 1
-            if kind != b"0" and kind != b"\0":
-                size = 0 if kind == b"5" or kind == b"2" else size
+            # Directories and symlinks carry no data (tarfile skips none either); an old-style
+            # regular entry whose name ends in '/' is a directory to tarfile.
+            old_style_dir = kind == b"\0" and block[:100].split(b"\0", 1)[0].endswith(b"/")
+            if kind in (b"5", b"2") or old_style_dir:
+                size = 0
         else:
             raise _reject(f"unknown entry type {kind!r} at byte {offset}")
         offset += BLOCK + -(-size // BLOCK) * BLOCK
@@ -199,6 +202,8 @@ def _read(archive: bytes, headers: int, *, max_files: int, max_bytes: int) -> li
                     continue
                 if path is None:
                     raise _reject("the tree's root must be a directory", name)
+                if name.endswith("/") and not member.isdir():
+                    raise _reject("a name ending in '/' that is not a directory", name)
                 if path in seen:
                     raise _reject("duplicate path", path)
                 if path in parents and not member.isdir():

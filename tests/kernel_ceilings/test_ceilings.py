@@ -362,6 +362,7 @@ def test_cgroup2_fake_tree_without_controllers_is_refused(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- systemd, faked like seed 000
 
 FAKE_SYSTEMD_RUN = """#!/bin/sh
+FAKE_DIR="${FAKE_DIR:-@FAKE_DIR@}"
 printf '%s\\n' "$@" > "$FAKE_DIR/systemd-run-args"
 if [ "${FAKE_SCOPE_FAIL:-0}" = 1 ]; then
   echo "Failed to start transient scope unit" >&2
@@ -401,7 +402,7 @@ def fake_systemd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     bin_dir.mkdir()
     for name, body in (("systemd-run", FAKE_SYSTEMD_RUN), ("systemctl", FAKE_SYSTEMCTL)):
         path = bin_dir / name
-        path.write_text(textwrap.dedent(body))
+        path.write_text(textwrap.dedent(body).replace("@FAKE_DIR@", str(tmp_path)))
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     mark = tmp_path / "run-systemd-system"
     mark.mkdir()
@@ -508,3 +509,22 @@ def test_systemd_without_a_manager_is_refused(
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     with pytest.raises(CeilingError, match=r"systemd: .*no systemd manager runs"):
         open_scope(Ceilings(enforcement="systemd"), "nosd", mounts=CgroupMounts())
+
+
+def test_systemd_user_manager_gets_its_bus_but_nothing_else(
+    fake_systemd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    (fake_systemd / "systemd").mkdir()
+    (fake_systemd / "systemd" / "private").write_text("")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(fake_systemd))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("UNIT", "ouro-sd5.scope")
+    mounts = systemd_cgroup(fake_systemd, "ouro-sd5.scope")
+    scope = open_scope(Ceilings(enforcement="systemd"), "sd5", mounts=mounts)
+    proc = scope.popen(["/usr/bin/env"], stdout=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
+    out, _ = proc.communicate(timeout=10)
+    scope.close()
+    assert "--user" in (fake_systemd / "systemd-run-args").read_text().split()
+    assert f"XDG_RUNTIME_DIR={fake_systemd}".encode() in out
+    assert b"sk-secret" not in out

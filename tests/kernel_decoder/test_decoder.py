@@ -91,6 +91,23 @@ def bad_checksum() -> bytes:
     return bytes(data)
 
 
+def old_style_dir_hiding_a_device() -> bytes:
+    """An old-style (type NUL) entry named 'd/' with a size: tarfile reads it as a
+    directory and parses its 'data' as the next header, a device; both passes must agree."""
+    hidden = build([("dev", "chr", b"")])[:512]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, kind, data in GOOD:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.REGTYPE
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("d/")
+        info.type, info.size = tarfile.AREGTYPE, 512
+        tar.addfile(info, io.BytesIO(hidden))
+    return buffer.getvalue()
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -179,6 +196,10 @@ REJECTED = [
     Case("bad-checksum", bad_checksum, None, "checksum"),
     Case("empty-archive", lambda: b"", None, "truncated"),
     Case("root-not-a-dir", arch([(".", "file", b"x")]), ".", "root must be a directory"),
+    Case("file-with-trailing-slash", arch([*GOOD, ("f/", "file", b"x")]), "f/",
+         "not a directory"),
+    Case("old-style-dir-hiding-a-device", old_style_dir_hiding_a_device, "dev",
+         "character device"),
 ]
 
 
