@@ -98,6 +98,7 @@ def old_style_dir_hiding_a_device() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name, kind, data in GOOD:
+            assert isinstance(data, bytes)
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.REGTYPE
             info.size = len(data)
