@@ -85,6 +85,7 @@ _INSTRUMENT_KEYS = (
     "seed_sha256",
 )
 _DEATH_MAY_CHANGE = frozenset({ORGANISM_FILE, JOURNAL_FILE})
+_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ class _Audit:
     def lineage(self) -> tuple[pygit2.Repository, list[pygit2.Commit], dict[str, Any] | None]:
         if not self.paths.git_dir.exists():
             raise HistoryUnreadable("no lineage git dir")
-        repo = pygit2.Repository(str(self.paths.git_dir))
+        repo = pygit2.Repository(str(self.paths.git_dir), _NO_SEARCH)
         head = _branch_head(repo, self.paths.branch)
         if head is None:
             raise HistoryUnreadable("no lineage branch")
@@ -442,11 +443,11 @@ class _Audit:
         if not self.paths.observations.exists():
             self.find("observations-missing")
             return None
-        found = pygit2.discover_repository(str(self.paths.observations))
-        if found is None:
+        try:  # exactly this folder: never a repository found further up
+            repo = pygit2.Repository(str(self.paths.observations), _NO_SEARCH)
+        except pygit2.GitError:
             self.find("observations-missing")
             return None
-        repo = pygit2.Repository(found)
         head = _branch_head(repo, self.paths.observation_branch)
         if head is None:
             self.find("observations-missing")

@@ -18,7 +18,7 @@ import pytest
 from reconciler.audit import CODES, audit_lineage, restored_organism
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
-from tests.verify.builder import SEED, Lineage, first_parent_chain, tree_of
+from tests.verify.builder import SEED, SIG, Lineage, first_parent_chain, tree_of
 
 LETHAL = b'(message "lethal")\n(kill-emacs 3)\n'
 GROWN = SEED + b'(message "grown")\n'
@@ -194,6 +194,16 @@ def observations_repo_deleted(lineage: Lineage) -> None:
     shutil.rmtree(lineage.paths.observations)
 
 
+def observations_folder_inside_another_repository(lineage: Lineage) -> None:
+    shutil.rmtree(lineage.paths.observations)
+    lineage.paths.observations.mkdir()
+    parent = pygit2.init_repository(str(lineage.paths.observations.parent))
+    tree = parent.TreeBuilder().write()
+    parent.create_commit(
+        f"refs/heads/{lineage.paths.observation_branch}", SIG, SIG, "x\n", tree, []
+    )
+
+
 CASES: list[tuple[str, Callable[[Lineage], None], set[tuple[str, int | None]]]] = [
     ("sound", lambda lineage: None, set()),
     (
@@ -249,6 +259,11 @@ CASES: list[tuple[str, Callable[[Lineage], None], set[tuple[str, int | None]]]] 
         {("observation-rewritten", None), ("observation-metadata-invalid", None)},
     ),
     ("observations-repo-deleted", observations_repo_deleted, {("observations-missing", None)}),
+    (
+        "observations-folder-inside-another-repository",
+        observations_folder_inside_another_repository,
+        {("observations-missing", None)},
+    ),
 ]
 
 
@@ -436,8 +451,6 @@ def test_observation_metadata_missing(tmp_path: Path) -> None:
     tree = observations[ref.target].tree
     builder = observations.TreeBuilder(tree)
     builder.remove("metadata.json")
-    from tests.verify.builder import SIG
-
     observations.create_commit(
         ref.name, SIG, SIG, "observe: gen 4 no-change\n", builder.write(), [ref.target]
     )
@@ -501,6 +514,12 @@ def _no_branch(lineage: Lineage) -> None:
     lineage.repo.references[f"refs/heads/{lineage.paths.branch}"].rename("refs/heads/elsewhere")
 
 
+def _git_dir_is_a_folder_inside_another_repository(lineage: Lineage) -> None:
+    shutil.rmtree(lineage.paths.git_dir)
+    lineage.paths.git_dir.mkdir()
+    pygit2.init_repository(str(lineage.paths.git_dir.parent))  # a repository further up
+
+
 def _git_dir_is_a_file(lineage: Lineage) -> None:
     shutil.rmtree(lineage.paths.git_dir)
     lineage.paths.git_dir.write_text("not a repository")
@@ -508,8 +527,22 @@ def _git_dir_is_a_file(lineage: Lineage) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    [_corrupt_an_object, _delete_an_object, _no_git_dir, _no_branch, _git_dir_is_a_file],
-    ids=["corrupt-object", "missing-object", "no-git-dir", "no-branch", "git-dir-is-a-file"],
+    [
+        _corrupt_an_object,
+        _delete_an_object,
+        _no_git_dir,
+        _no_branch,
+        _git_dir_is_a_file,
+        _git_dir_is_a_folder_inside_another_repository,
+    ],
+    ids=[
+        "corrupt-object",
+        "missing-object",
+        "no-git-dir",
+        "no-branch",
+        "git-dir-is-a-file",
+        "git-dir-inside-another-repository",
+    ],
 )
 def test_an_unreadable_history_is_unknown_with_no_findings(
     tmp_path: Path, damage: Callable[[Lineage], None]
