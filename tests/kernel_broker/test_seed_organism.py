@@ -1,0 +1,117 @@
+"""The canonical seed, run by real Emacs (outside a sandbox) against a real broker.
+
+Done criterion of the broker: the seed asks the replay provider for its
+successor with the prompt it defines, installs a non-empty reply byte for byte,
+and leaves itself alone (exit 0) on an empty reply or any error; the audit and
+the ledger say exactly what happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from reconciler.kernel.broker import capabilities
+from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
+from reconciler.kernel.lineage import ORGANISM
+from tests.kernel_broker.organism_harness import defvar_value, live
+
+JOURNAL = "\n## gen 1 — no-change — 2026-11-29T15:45:59+00:00\n"
+REPLY = ';;; next — généré 🐍\n(message "the successor")\n'
+
+
+@pytest.fixture
+def places(tmp_path: Path) -> dict[str, Path]:
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copyfile(ORGANISM, work / "organism.el")
+    return {"work": work, "kernel": tmp_path / "k", "private": tmp_path / "p"}
+
+
+def replay(tmp_path: Path, *replies: str, **overrides: object) -> ModelConfig:
+    folder = tmp_path / "replies"
+    folder.mkdir(exist_ok=True)
+    for number, text in enumerate(replies, start=1):
+        (folder / f"{number:04d}").write_bytes(text.encode("utf-8"))
+    return ModelConfig(provider="replay", name="scripted", replay_dir=folder,
+                       **overrides)  # type: ignore[arg-type]
+
+
+def test_seed_asks_the_replay_model_and_becomes_its_reply(
+        tmp_path: Path, places: dict[str, Path]) -> None:
+    model = replay(tmp_path, REPLY)
+    life = live(model=model, journal=JOURNAL, generation=2, **places)
+    assert life.exit_status == 0, life.stderr
+    assert (places["work"] / "organism.el").read_bytes() == REPLY.encode("utf-8")
+    assert sorted(p.name for p in places["work"].iterdir()) == ["organism.el"]
+
+    (call,) = life.report.model_calls
+    seed = ORGANISM.read_text(encoding="utf-8")
+    expected_prompt = (
+        defvar_value(ORGANISM, "organism-prompt")
+        + "\n\n----- capabilities.json -----\n" + life.manifest
+        + "\n----- journal.md -----\n" + JOURNAL
+        + "\n----- organism.el (current source) -----\n" + seed
+    )
+    assert call["prompt"] == expected_prompt
+    assert call["prompt_bytes"] == len(expected_prompt.encode("utf-8"))
+    assert call["prompt_sha256"] == hashlib.sha256(expected_prompt.encode()).hexdigest()
+    assert call["requested_output_tokens"] == call["granted_output_tokens"] == 12000
+    assert (call["http_status"], call["error"], call["generation"]) == (200, None, 2)
+    assert call["response"] == REPLY
+    assert call["response_bytes"] == len(REPLY.encode("utf-8"))
+    assert call["response_sha256"] == hashlib.sha256(REPLY.encode()).hexdigest()
+    assert call["usage"] is None and call["accounted_usd"] == "0"
+    assert life.report.accounted_usd == 0
+
+
+def test_the_prompt_variable_is_what_is_sent(tmp_path: Path, places: dict[str, Path]) -> None:
+    source = places["work"] / "organism.el"
+    text = source.read_text()
+    start = text.index('(defvar organism-prompt\n  "') + len('(defvar organism-prompt\n  "')
+    source.write_text(text[:start] + "REWRITTEN INSTRUCTION. " + text[start:])
+    life = live(model=replay(tmp_path, REPLY), **places)
+    assert life.exit_status == 0, life.stderr
+    assert life.report.model_calls[0]["prompt"].startswith("REWRITTEN INSTRUCTION. ")
+
+
+NO_SUCCESSOR = [
+    pytest.param("echo", {}, 200, id="echo-empty-reply"),
+    pytest.param("exhausted", {}, 502, id="replay-exhausted"),
+    pytest.param("budget", {"price": Price(Decimal(5), Decimal(30)),
+                            "budget_usd": Decimal("0.01")}, 402, id="budget-exhausted"),
+    pytest.param("prompt-too-large", {"max_prompt_bytes": 2000}, 400, id="prompt-too-large"),
+    pytest.param("no-broker", {}, None, id="no-broker-listening"),
+]
+
+
+@pytest.mark.parametrize(("kind", "overrides", "status"), NO_SUCCESSOR)
+def test_no_successor_leaves_the_seed_and_exits_zero(
+        tmp_path: Path, places: dict[str, Path], kind: str, overrides: dict[str, object],
+        status: int | None) -> None:
+    if kind == "echo":
+        model = ModelConfig(provider="echo", name="echo")
+    else:
+        model = replay(tmp_path, *([] if kind == "exhausted" else [REPLY]), **overrides)
+    if kind == "no-broker":  # a manifest naming a socket nobody listens on
+        places["kernel"].mkdir()
+        (places["kernel"] / "capabilities.json").write_text(json.dumps(
+            capabilities(constraints_manifest(Ceilings(), model), str(places["kernel"]))))
+    life = live(model=model, start_broker=kind != "no-broker", **places)
+    assert life.exit_status == 0, life.stderr
+    assert (places["work"] / "organism.el").read_bytes() == ORGANISM.read_bytes()
+    assert sorted(p.name for p in places["work"].iterdir()) == ["organism.el"]
+    assert "no successor this time" in life.stderr
+    assert [c["http_status"] for c in life.report.model_calls] == \
+        ([] if status is None else [status])
+
+
+def test_seed_asks_for_no_more_than_the_manifest_allows(
+        tmp_path: Path, places: dict[str, Path]) -> None:
+    life = live(model=replay(tmp_path, REPLY, max_output_tokens=777), **places)
+    assert life.report.model_calls[0]["requested_output_tokens"] == 777
