@@ -41,6 +41,20 @@ from reconciler.kernel.config import (
     LineagePaths,
 )
 
+__all__ = [
+    "CODES",
+    "IDENTIFIER",
+    "Finding",
+    "HistoryUnreadable",
+    "LineageAudit",
+    "accounted_spend",
+    "audit_lineage",
+    "audit_lineages",
+    "exception_class_name",
+    "observation_valid",
+    "restored_organism",
+]
+
 Status = Literal["consistent", "findings", "unknown"]
 
 # Every finding code, with the rule it protects (the human text of `ouro verify`).

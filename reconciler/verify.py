@@ -34,6 +34,24 @@ from reconciler.audit import CODES, IDENTIFIER
 from reconciler.audit_child import DEFAULT_MAX_FINDINGS, REPORT_SCHEMA, encode_job
 from reconciler.kernel.config import LineagePaths
 
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AuditHandle",
+    "AuditItem",
+    "Child",
+    "Finding",
+    "LineageReport",
+    "SpawnFn",
+    "VerifyReport",
+    "child_argv",
+    "child_env",
+    "report_cap",
+    "sanitize_report",
+    "spawn_child",
+    "start_background_audit",
+    "verify",
+]
+
 Status = Literal["consistent", "findings", "unknown"]
 Outcome = Literal["completed", "stopped", "timeout", "refused", "failed"]
 STATUSES = ("consistent", "findings", "unknown")
@@ -328,14 +346,14 @@ class AuditHandle:
     max_report_bytes: int | None = None
     spawn: SpawnFn = spawn_child
     env: Mapping[str, str] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
-    _launched: bool = False
-    _stopped: bool = False
-    _child: Child | None = None
-    _report: VerifyReport | None = None
-    _started_at: float = 0.0
-    _timed_out: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _launched: bool = field(default=False, init=False)
+    _stopped: bool = field(default=False, init=False)
+    _child: Child | None = field(default=None, init=False, repr=False)
+    _report: VerifyReport | None = field(default=None, init=False, repr=False)
+    _started_at: float = field(default=0.0, init=False, repr=False)
+    _timed_out: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._targets = _items(self.items)

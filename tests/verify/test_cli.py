@@ -120,3 +120,40 @@ def test_render_shows_hidden_findings_as_a_count() -> None:
     text = render(VerifyReport("findings", "completed", (lineage,), 1))
     assert "  gen 2: overspend:" in text and "  lineage: root-subject:" in text
     assert "... and 1 more" in text
+
+
+def test_the_public_api_is_chosen() -> None:
+    from reconciler import audit, verify
+
+    assert set(verify.__all__) == {
+        "DEFAULT_TIMEOUT",
+        "AuditHandle",
+        "AuditItem",
+        "Child",
+        "Finding",
+        "LineageReport",
+        "SpawnFn",
+        "VerifyReport",
+        "child_argv",
+        "child_env",
+        "report_cap",
+        "sanitize_report",
+        "spawn_child",
+        "start_background_audit",
+        "verify",
+    }
+    assert set(audit.__all__) == {
+        "CODES",
+        "IDENTIFIER",
+        "Finding",
+        "HistoryUnreadable",
+        "LineageAudit",
+        "accounted_spend",
+        "audit_lineage",
+        "audit_lineages",
+        "exception_class_name",
+        "observation_valid",
+        "restored_organism",
+    }
+    for module in (audit, verify):
+        assert all(hasattr(module, name) for name in module.__all__)
