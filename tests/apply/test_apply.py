@@ -1,0 +1,250 @@
+"""`ouro apply` end to end: real processes, real repositories, real bwrap and cgroups.
+
+Generations here use the offline providers (echo, replay), so they are cheap but
+real: every one goes through the broker, the sandbox and the transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.apply.helpers import (
+    QUIET_BODY,
+    assert_invariant,
+    lineage_paths,
+    observation_numbers,
+    ouro_argv,
+    refs,
+    report,
+    run_ouro,
+    write_replies,
+    write_spec,
+)
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
+    return environment
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    return folder
+
+
+def test_create_then_second_apply_is_a_no_op(specs: Path, env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    write_spec(specs, "alpha", 2)
+    first = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert first.returncode == 0, first.stderr
+    lineage = report(first)["lineages"][0]
+    assert lineage["planned_action"] == "create"
+    assert lineage["generations_run"] == 2
+    assert lineage["outcomes"] == {"no-change": 2}
+    assert lineage["final_action"] == "in-sync"
+    paths = lineage_paths(tmp_path / "state", "alpha")
+    assert_invariant(paths, 2)
+
+    before = refs(paths)
+    files_before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "state").rglob("*")
+                          if "events.jsonl" not in p.name)
+    second = run_ouro("apply", "--yes", str(specs), env=env)
+    assert second.returncode == 0, second.stderr
+    assert "0 generations run" in second.stderr
+    assert refs(paths) == before
+    files_after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "state").rglob("*")
+                         if "events.jsonl" not in p.name)
+    assert files_after == files_before
+
+
+def test_extend_runs_only_the_missing_generations(specs: Path, env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    replies = write_replies(specs / "replies", [QUIET_BODY, QUIET_BODY.replace("quiet", "calm")])
+    write_spec(specs, "beta", 1, provider="replay", replay=str(replies))
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    write_spec(specs, "beta", 3, provider="replay", replay=str(replies))
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 0, result.stderr
+    lineage = report(result)["lineages"][0]
+    assert lineage["planned_action"] == "extend"
+    assert lineage["generations_run"] == 2
+    # gen 1 installed the quiet body, which never asks the model again
+    assert lineage["outcomes"] == {"no-change": 2}
+    paths = lineage_paths(tmp_path / "state", "beta")
+    assert_invariant(paths, 3)
+    assert (paths.worktree / "organism.el").read_text() == QUIET_BODY
+
+
+def test_ahead_is_reported_and_nothing_is_removed(specs: Path, env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    write_spec(specs, "gamma", 2)
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    write_spec(specs, "gamma", 1)
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 0, result.stderr
+    assert report(result)["lineages"][0]["final_action"] == "ahead"
+    assert_invariant(lineage_paths(tmp_path / "state", "gamma"), 2)
+
+
+def test_refusal_beside_a_healthy_lineage(specs: Path, env: dict[str, str],
+                                          tmp_path: Path) -> None:
+    write_spec(specs, "healthy", 1)
+    write_spec(specs, "damaged", 1)
+    (tmp_path / "state" / "damaged").mkdir(parents=True)  # one of three places: partial
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 1
+    by_name = {item["name"]: item for item in report(result)["lineages"]}
+    assert by_name["healthy"]["generations_run"] == 1
+    assert by_name["healthy"]["final_action"] == "in-sync"
+    assert by_name["damaged"]["generations_run"] == 0
+    assert by_name["damaged"]["final_action"] == "refuse"
+    assert by_name["damaged"]["refusal"]
+    assert sorted(p.name for p in (tmp_path / "state" / "damaged").iterdir()) == []
+
+
+def test_max_spend_refuses_before_anything_runs(specs: Path, env: dict[str, str],
+                                                tmp_path: Path) -> None:
+    write_spec(specs, "paid", 3, provider="openai-compatible", extra_model="""
+        name: local-model
+        base_url: http://127.0.0.1:9/v1
+        budget_usd: "0.50"
+        price: {input_usd_per_mtok: "1.00", output_usd_per_mtok: "2.00"}
+        """)
+    result = run_ouro("apply", "--yes", "--max-spend", "1.00", str(specs), env=env)
+    assert result.returncode == 1
+    assert "may spend up to $1.50" in result.stderr
+    assert "--max-spend $1.00" in result.stderr
+    assert not (tmp_path / "state" / "paid").exists()
+
+
+def test_without_a_terminal_apply_needs_yes(specs: Path, env: dict[str, str],
+                                            tmp_path: Path) -> None:
+    write_spec(specs, "delta", 1)
+    result = run_ouro("apply", str(specs), env=env)
+    assert result.returncode == 1
+    assert "pass --yes" in result.stderr
+    assert not (tmp_path / "state" / "delta").exists()
+
+
+def test_max_generations_and_deadline_stop_at_a_boundary(specs: Path, env: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    write_spec(specs, "eps", 3)
+    paths = lineage_paths(tmp_path / "state", "eps")
+    first = run_ouro("apply", "--yes", "--json", "--max-generations", "2", str(specs), env=env)
+    assert first.returncode == 0, first.stderr
+    assert report(first)["stopped_by"] == "max-generations"
+    assert_invariant(paths, 2)
+    stopped = run_ouro("apply", "--yes", "--json", "--deadline", "0s", str(specs), env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert report(stopped)["stopped_by"] == "deadline"
+    assert_invariant(paths, 2)
+    rest = run_ouro("apply", "--yes", str(specs), env=env)
+    assert rest.returncode == 0, rest.stderr
+    assert_invariant(paths, 3)
+
+
+def test_stale_plan_file_is_refused(specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    write_spec(specs, "zeta", 1)
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    write_spec(specs, "zeta", 2)
+    plan_file = tmp_path / "plan.json"
+    planned = run_ouro("plan", "-o", str(plan_file), str(specs), env=env)
+    assert planned.returncode == 2, planned.stderr
+    # someone else extends the lineage after the plan was made
+    write_spec(specs, "zeta", 2)
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    result = run_ouro("apply", "--yes", str(plan_file), env=env)
+    assert result.returncode == 1
+    assert "stale" in result.stderr
+    assert "lineage zeta: refs/heads/lineage-zeta moved" in result.stderr
+
+
+def test_fresh_plan_file_applies(specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    write_spec(specs, "eta", 1)
+    plan_file = tmp_path / "plan.json"
+    assert run_ouro("plan", "-o", str(plan_file), str(specs), env=env).returncode == 2
+    result = run_ouro("apply", "--yes", str(plan_file), env=env)
+    assert result.returncode == 0, result.stderr
+    assert_invariant(lineage_paths(tmp_path / "state", "eta"), 1)
+
+
+def test_two_concurrent_applies_never_run_a_generation_twice(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    write_spec(specs, "theta", 3)
+    argv = ouro_argv("apply", "--yes", "--json", "--lock-timeout", "120", str(specs))
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    outputs = [p.communicate(timeout=300) for p in (first, second)]
+    assert first.returncode == 0, outputs[0][1]
+    assert second.returncode == 0, outputs[1][1]
+    runs = sorted(report(subprocess.CompletedProcess([], 0, out, err))["lineages"][0]
+                  ["generations_run"] for out, err in outputs)
+    assert runs == [0, 3]  # one ran everything, the other waited and found it in sync
+    assert_invariant(lineage_paths(tmp_path / "state", "theta"), 3)
+
+
+def test_lock_timeout_names_the_holder(specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    from reconciler.locks import LineageLock
+
+    write_spec(specs, "iota", 1)
+    paths = lineage_paths(tmp_path / "state", "iota")
+    with LineageLock("iota", paths.git_dir, timeout=1):
+        result = run_ouro("apply", "--yes", "--lock-timeout", "0.5", str(specs), env=env)
+    assert result.returncode == 1
+    assert f"held by another apply (pid {os.getpid()}" in result.stderr
+
+
+def _wait_for(predicate: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def test_sigkill_mid_run_then_clean_reapply(specs: Path, env: dict[str, str],
+                                            tmp_path: Path) -> None:
+    write_spec(specs, "kappa", 4)
+    paths = lineage_paths(tmp_path / "state", "kappa")
+    process = subprocess.Popen(ouro_argv("apply", "--yes", str(specs)), env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    _wait_for(lambda: len(observation_numbers(paths)) >= 1)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 0, result.stderr
+    assert_invariant(paths, 4)
+
+
+def test_first_interrupt_finishes_the_running_generation(specs: Path, env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    write_spec(specs, "lam", 50)
+    paths = lineage_paths(tmp_path / "state", "lam")
+    process = subprocess.Popen(ouro_argv("apply", "--yes", "--json", str(specs)), env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: len(observation_numbers(paths)) >= 1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    document = report(subprocess.CompletedProcess([], 130, out, err))
+    assert document["interrupted"] is True
+    done = len(observation_numbers(paths))
+    assert 1 <= done < 50
+    assert_invariant(paths, done)
