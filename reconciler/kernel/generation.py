@@ -76,7 +76,6 @@ from .formats import (
 )
 
 if TYPE_CHECKING:
-    from .broker import BrokerReport
     from .ceilings import Scope
     from .decoder import Entry
     from .sandbox import SandboxResult
@@ -123,7 +122,6 @@ class GenerationOutcome:
 
 
 class _BrokerLike(Protocol):
-    def stop(self) -> BrokerReport: ...
     def kill(self) -> None: ...
 
 
@@ -135,6 +133,7 @@ class Runtime:
     start_broker: Callable[..., _BrokerLike]
     run_sandbox: Callable[..., SandboxResult]
     decode: Callable[..., list[Entry]]
+    read_audit: Callable[[Path], list[dict[str, Any]]]
 
 
 def real_runtime() -> Runtime:
@@ -143,7 +142,7 @@ def real_runtime() -> Runtime:
     from .decoder import decode
     from .sandbox import run_sandbox
 
-    return Runtime(open_scope, Broker.start, run_sandbox, decode)
+    return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -308,15 +307,28 @@ def check_extendable(paths: LineagePaths, identity: Identity) -> None:
     _inspect(paths, identity)
 
 
+def _successes(calls: object) -> int:
+    if not isinstance(calls, list):
+        return 0
+    return sum(1 for c in calls if isinstance(c, dict) and c.get("http_status") == 200)
+
+
 def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int) -> int:
-    """Replay responses consumed so far: model calls answered 200 in earlier observations."""
-    used = 0
-    for number in range(1, count + 1):
-        record = recovery.read_observation(repo, head, number) or {}
-        calls = record.get("model_calls")
-        if isinstance(calls, list):
-            used += sum(1 for c in calls if isinstance(c, dict) and c.get("http_status") == 200)
-    return used
+    """Replay responses consumed so far: model calls answered 200 in earlier observations.
+
+    ouro records the running total (``replay_cursor``) in each observation, so only the
+    last one is read; without it every observation is counted.
+    """
+    if count == 0:
+        return 0
+    last = recovery.read_observation(repo, head, count) or {}
+    total = last.get("replay_cursor")
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        return total
+    return sum(
+        _successes((recovery.read_observation(repo, head, number) or {}).get("model_calls"))
+        for number in range(1, count + 1)
+    )
 
 
 def _check_provider(model: ModelConfig, api_key: str | None, generation: int, cursor: int) -> None:
@@ -334,29 +346,49 @@ class _Attempt:
 
     kernel_dir: Path
     private_dir: Path
-    broker: _BrokerLike | None = None
     scope: Scope | None = None  # until handed to the sandbox
+    broker: _BrokerLike | None = None
+    broker_error: BaseException | None = None
+    starter: threading.Thread | None = None
+
+    def start_broker(self, runtime: Runtime, **kwargs: Any) -> None:
+        """Start the broker on its own thread: it comes up while the git work is done."""
+
+        def target() -> None:
+            try:
+                self.broker = runtime.start_broker(
+                    kernel_dir=self.kernel_dir, private_dir=self.private_dir, **kwargs)
+            except BaseException as exc:  # handed to the main thread by ready()
+                self.broker_error = exc
+
+        self.starter = threading.Thread(target=target, name="ouro-broker-start", daemon=True)
+        self.starter.start()
+
+    def ready(self) -> _BrokerLike:
+        if self.starter is not None:
+            self.starter.join()
+        if self.broker_error is not None:
+            raise self.broker_error
+        assert self.broker is not None
+        return self.broker
+
+    def stop(self) -> None:
+        """Stop whatever still runs (best effort: recovery reads the broker's audit anyway)."""
+        if self.starter is not None:
+            self.starter.join()
+        if self.broker is not None:
+            with contextlib.suppress(Exception):
+                self.broker.kill()
+            self.broker = None
+        if self.scope is not None:
+            with contextlib.suppress(Exception):
+                self.scope.close()
+            self.scope = None
 
 
 def _scope_name(paths: LineagePaths, generation: int) -> str:
     base = re.sub(r"[^a-z0-9_.-]", "-", paths.name.lower()).strip("-.") or "lineage"
     return f"{base[:60]}-gen{generation}-{os.getpid()}"
-
-
-def _start_broker_async(
-    runtime: Runtime, kwargs: dict[str, Any]
-) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["broker"] = runtime.start_broker(**kwargs)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="ouro-broker-start", daemon=True)
-    thread.start()
-    return thread, box
 
 
 @dataclass(frozen=True)
@@ -448,11 +480,14 @@ def _observation(
     commit: pygit2.Oid,
     model: ModelConfig,
     constraints: dict[str, Any],
-    report: BrokerReport,
+    calls: list[dict[str, Any]],
+    spend: Decimal,
     provenance: Provenance | None,
+    cursor: int,
 ) -> dict[str, Any]:
     """The generation's observation record: CONTRACT.md's fields in the original's order,
-    then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection)."""
+    then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection, and
+    replay_cursor: model calls answered 200 in this lineage through this generation)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -472,12 +507,13 @@ def _observation(
         "provider": model.provider,
         "model": model.name,
         "constraints": constraints,
-        "model_calls": report.model_calls,
+        "model_calls": calls,
         "stderr_tail": "\n".join(_stderr_lines(result.stderr)[-OBSERVATION_TAIL_LINES:]),
         "ceiling_backend": result.backend,
         "provenance": dataclasses.asdict(provenance) if provenance is not None else None,
-        "accounted_usd": str(report.accounted_usd),
+        "accounted_usd": str(spend),
         "rejection": outcome.rejection,
+        "replay_cursor": cursor + _successes(calls),
     }
 
 
@@ -499,6 +535,8 @@ def run_generation(
     refused before anything was written. ``RecoveryError``: leftovers of an
     earlier attempt must be recovered first. ``GenerationCancelled``: ``cancel``
     was set while the organism ran; the attempt was discarded (its spend recorded).
+    Any other failure after the intent marker was written is settled by
+    ``recovery.recover`` before it propagates.
     """
     clock = time.monotonic()
     started_at = _now()
@@ -506,63 +544,53 @@ def run_generation(
     runtime = runtime or real_runtime()
     state = _inspect(paths, identity)
     n = state.generation
-    cursor = _replay_cursor(state.observations, state.obs_head, n - 1) if (
-        model.provider == "replay") else 0
+    cursor = _replay_cursor(state.observations, state.obs_head, n - 1)
     _check_provider(model, api_key, n, cursor)
+    constraints = constraints_manifest(ceilings, model)
     scope = runtime.open_scope(ceilings, _scope_name(paths, n))  # CeilingError: nothing written
-    try:
-        head = state.head
-        edited = _commit_external_edits(state.lineage, paths, head)
-    except BaseException:
-        scope.close()
-        raise
-    if edited is not None:
-        head = edited
-        hook("after-external-edit")
-    attempt_stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+    stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
     attempt = _Attempt(
         kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
-        private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{attempt_stamp}",
+        private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
         scope=scope,
     )
-    marker: dict[str, Any] = {
-        "schema": publish.MARKER_SCHEMA,
-        "generation": n,
-        "lineage_head": str(head.id),
-        "observation_head": str(state.obs_head.id),
-        "phase": "running",
-        "private_dir": str(attempt.private_dir),
-        "kernel_dir": str(attempt.kernel_dir),
-        "pid": os.getpid(),
-        "pid_start": _process_start(os.getpid()),
-        "started_at": started_at,
-        "attempt": attempt_stamp,
-    }
     try:
+        edited = _commit_external_edits(state.lineage, paths, state.head)
+        head = edited or state.head
+        if edited is not None:
+            hook("after-external-edit")
+        marker: dict[str, Any] = {
+            "schema": publish.MARKER_SCHEMA,
+            "generation": n,
+            "lineage_head": str(head.id),
+            "observation_head": str(state.obs_head.id),
+            "phase": "running",
+            "private_dir": str(attempt.private_dir),
+            "kernel_dir": str(attempt.kernel_dir),
+            "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
+            "started_at": started_at,
+            "attempt": stamp,
+        }
         publish.write_marker(paths, marker)
     except BaseException:
-        scope.close()
+        attempt.stop()  # no marker: nothing ran, nothing to recover
         shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
         raise
     try:
+        # From here on a crash is recovered through the marker. The broker comes up on
+        # its own thread while the input archive is built.
+        attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
+                             generation=n, replay_cursor=cursor)
         return _run(paths, state, head, edited, n, cursor, marker, attempt, model, ceilings,
-                    api_key, provenance, cancel, hook, runtime, started_at, clock)
+                    constraints, provenance, cancel, hook, runtime, started_at, clock)
     except BaseException as exc:
-        _abandon(paths, attempt, exc)
+        attempt.stop()
+        try:
+            recovery.recover(paths)
+        except KernelError as recovery_error:
+            exc.add_note(f"recovery after this failure also failed: {recovery_error}")
         raise
-
-
-def _abandon(paths: LineagePaths, attempt: _Attempt, exc: BaseException) -> None:
-    """After a failure past the marker: stop what runs, then let recovery settle the repos."""
-    if attempt.broker is not None:
-        with contextlib.suppress(Exception):  # best effort: recovery reads its audit anyway
-            attempt.broker.kill()
-    if attempt.scope is not None:
-        attempt.scope.close()
-    try:
-        recovery.recover(paths)
-    except KernelError as recovery_error:
-        exc.add_note(f"recovery after this failure also failed: {recovery_error}")
 
 
 def _commit_external_edits(
@@ -576,9 +604,7 @@ def _commit_external_edits(
     publish.cas_ref(repo, paths.branch, head.id, commit_id, "ouro: external edit")
     commit = repo[commit_id]
     assert isinstance(commit, pygit2.Commit)
-    index = repo.index
-    index.read_tree(commit.tree)
-    index.write()
+    publish.set_index(repo, commit.tree)
     return commit
 
 
@@ -593,7 +619,7 @@ def _run(
     attempt: _Attempt,
     model: ModelConfig,
     ceilings: Ceilings,
-    api_key: str | None,
+    constraints: dict[str, Any],
     provenance: Provenance | None,
     cancel: threading.Event | None,
     hook: Callable[[str], None],
@@ -602,24 +628,12 @@ def _run(
     clock: float,
 ) -> GenerationOutcome:
     lineage, observations = state.lineage, state.observations
-    constraints = constraints_manifest(ceilings, model)
-    thread, box = _start_broker_async(runtime, {
-        "kernel_dir": attempt.kernel_dir, "private_dir": attempt.private_dir, "model": model,
-        "constraints": constraints, "api_key": api_key, "generation": n,
-        "replay_cursor": cursor,
-    })
-    try:
-        journal = _blob(lineage, head.tree, JOURNAL_FILE)
-        publish.atomic_write(attempt.kernel_dir / JOURNAL_FILE, journal)
-        publish.atomic_write(
-            attempt.kernel_dir / "input.tar",
-            publish.input_archive(lineage, head.tree, head.commit_time),
-        )
-    finally:
-        thread.join()
-    if "error" in box:
-        raise box["error"]
-    attempt.broker = box["broker"]
+    journal = _blob(lineage, head.tree, JOURNAL_FILE)
+    # the kernel dir is a throwaway: written, not made durable
+    (attempt.kernel_dir / JOURNAL_FILE).write_bytes(journal)
+    (attempt.kernel_dir / "input.tar").write_bytes(
+        publish.input_archive(lineage, head.tree, head.commit_time))
+    broker = attempt.ready()
 
     scope, attempt.scope = attempt.scope, None
     result = runtime.run_sandbox(
@@ -627,18 +641,21 @@ def _run(
         cancel=cancel, scope=scope,
     )
     hook("after-sandbox")
-    broker, attempt.broker = attempt.broker, None
-    assert broker is not None
-    report = broker.stop()
+    # The organism is gone, so nobody can ask the broker anything: kill it (no graceful
+    # wait) and take its audit, which is complete: a request it was still serving is on
+    # record as pending with its worst case accounted.
+    attempt.broker = None
+    broker.kill()
+    calls = runtime.read_audit(attempt.private_dir)
+    spend = recovery.spend(calls)
     if getattr(result, "cancelled", False) or (cancel is not None and cancel.is_set()):
         recovery.recover(paths)
         raise GenerationCancelled(
             f"kernel: generation {n} of {paths.branch} was cancelled; discarded (it re-runs), "
-            f"its model spend ${report.accounted_usd} recorded"
+            f"its model spend ${spend} recorded"
         )
 
-    timestamp = _now()
-    outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, timestamp)
+    outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, _now())
     commit_id = publish.create_commit(lineage, outcome.tree, head.id, outcome.subject)
     hook("after-lineage-object")
     marker.update(phase="publishing", lineage_commit=str(commit_id))
@@ -647,7 +664,8 @@ def _run(
     record = _observation(
         n=n, started_at=started_at, duration_ms=int((time.monotonic() - clock) * 1000),
         result=result, outcome=outcome, commit=commit_id, model=model,
-        constraints=constraints, report=report, provenance=provenance,
+        constraints=constraints, calls=calls, spend=spend, provenance=provenance,
+        cursor=cursor,
     )
     data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
     obs_path = observation_path(n)
@@ -680,7 +698,7 @@ def _run(
         outcome=outcome.outcome,
         lineage_commit=str(commit_id),
         observation_commit=str(obs_commit.id),
-        accounted_usd=report.accounted_usd,
+        accounted_usd=spend,
         duration_ms=int((time.monotonic() - clock) * 1000),
         exit_status=result.exit_status,
         external_edit=str(edited.id) if edited is not None else None,

@@ -51,6 +51,7 @@ __all__ = [
     "interrupted_path",
     "interrupted_subject",
     "recover",
+    "spend",
 ]
 
 INTERRUPTED_DIR = "interrupted"
@@ -161,7 +162,7 @@ def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> 
     publish.set_index(repo, head.tree)
 
 
-def _spend(calls: list[dict[str, Any]]) -> Decimal:
+def spend(calls: list[dict[str, Any]]) -> Decimal:
     total = Decimal(0)
     for call in calls:
         with contextlib.suppress(InvalidOperation, TypeError, ValueError):
@@ -214,7 +215,7 @@ def discard(
             "lineage_head": marker.get("lineage_head") if marker else None,
             "observation_head": marker.get("observation_head") if marker else None,
             "lineage_commit": marker.get("lineage_commit") if marker else None,
-            "accounted_usd": str(_spend(calls)),
+            "accounted_usd": str(spend(calls)),
             "model_calls": calls,
         }
         data = (json.dumps(record, indent=2) + "\n").encode("utf-8")
@@ -232,7 +233,7 @@ def discard(
     return RecoveryReport(
         "discarded", generation, None, record_path,
         f"generation {generation} was interrupted before its observation: discarded "
-        f"(it re-runs; spend ${_spend(calls)} recorded in {record_path})",
+        f"(it re-runs; spend ${spend(calls)} recorded in {record_path})",
     )
 
 

@@ -11,14 +11,12 @@ import subprocess
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reconciler.kernel import lineage as kernel_lineage
-from reconciler.kernel.broker import BrokerReport
 from reconciler.kernel.ceilings import Accounting
 from reconciler.kernel.config import Ceilings, Identity, LineagePaths, ModelConfig
 from reconciler.kernel.decoder import decode
@@ -131,13 +129,10 @@ class FakeScope:
 @dataclass
 class FakeBroker:
     calls: list[dict[str, Any]]
-
-    def stop(self) -> BrokerReport:
-        total = sum((Decimal(c.get("accounted_usd", "0")) for c in self.calls), Decimal(0))
-        return BrokerReport(self.calls, total)
+    killed: bool = False
 
     def kill(self) -> None:
-        pass
+        self.killed = True
 
 
 @dataclass
@@ -187,7 +182,10 @@ class Fake:
                 backend="fake", duration_ms=5,
             )
 
-        return Runtime(open_scope, start_broker, run_sandbox, decode)
+        def read_audit(private_dir: Path) -> list[dict[str, Any]]:
+            return list(self.calls)
+
+        return Runtime(open_scope, start_broker, run_sandbox, decode, read_audit)
 
 
 ECHO = ModelConfig(provider="echo", name="echo")

@@ -3,6 +3,7 @@ observation fields, preflight refusals, compare-and-swap. (Real sandboxes: test_
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -227,7 +228,7 @@ def test_observation_record_has_every_contract_field_in_order(
     original = list(json.loads(written.read_text()))
     assert list(record)[: len(original)] == original
     assert list(record)[len(original):] == [
-        "ceiling_backend", "provenance", "accounted_usd", "rejection"]
+        "ceiling_backend", "provenance", "accounted_usd", "rejection", "replay_cursor"]
     assert record["lineage_commit"] == outcome.lineage_commit == git(
         born.worktree, "rev-parse", "HEAD").strip()
     assert record["constraints"]["disclosure"] == "canonical"
@@ -255,9 +256,18 @@ def test_replay_cursor_counts_successful_calls_of_earlier_generations(
     run_fake(model=model)
     fake.calls = [{"http_status": 200}]
     run_fake(model=model)
+    assert born.observation(2)["replay_cursor"] == 3
+    run_fake(model=model)
+    # records without the running total (another writer's) are counted one by one
+    for number in (2, 3):
+        path = born.observations / "generations" / f"{number:04d}.json"
+        record = json.loads(path.read_text())
+        del record["replay_cursor"]
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    git(born.observations, "commit", "-qam", "drop the running totals")
     run_fake(model=model)
     cursors = [s["broker"]["replay_cursor"] for s in fake.seen if "broker" in s]
-    assert cursors == [0, 2, 3]
+    assert cursors == [0, 2, 3, 4]
 
 
 # ---------------------------------------------------------------- external edits
@@ -378,8 +388,7 @@ def test_scope_failure_is_preflight_not_a_death(born: Lineage, fake: Fake, run_f
     (born.worktree / "edit.txt").write_text("uncommitted\n")
     before = state(born)
     with pytest.raises(CeilingError, match="aggregate resource scope"):
-        run_fake(runtime=runtime.__class__(refuse, runtime.start_broker, runtime.run_sandbox,
-                                           runtime.decode))
+        run_fake(runtime=dataclasses.replace(runtime, open_scope=refuse))
     assert state(born) == before
     assert subjects(born.worktree) == ["seed"]
     assert fake.seen == []
@@ -457,8 +466,7 @@ def test_observation_branch_moved_during_generation_is_detected(
         return result
 
     with pytest.raises(ConcurrentChangeError):
-        run_fake(runtime=runtime.__class__(runtime.open_scope, runtime.start_broker,
-                                           sandbox_then_tamper, runtime.decode))
+        run_fake(runtime=dataclasses.replace(runtime, run_sandbox=sandbox_then_tamper))
     assert subjects(born.worktree) == ["seed"]
     assert not publish.marker_path(born.paths).exists()
     assert git(born.worktree, "status", "--porcelain", "--ignored") == ""

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What one generation costs beyond starting Emacs in the sandbox.
+
+One command: `python bench/generation_overhead.py [--rounds N]`.
+
+A fresh lineage, the seed organism, the offline ``replay`` provider (every
+reply is the seed itself, so each generation asks the model once and ends as
+no-change), the real broker, bwrap and ceilings. Baseline, measured in the same
+run and interleaved with the generations so both see the same machine: the
+bare ``bwrap <the generation's own sandbox arguments> -- emacs -Q --batch``.
+Prints both medians and the difference; target: at most 0.25 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reconciler.kernel import lineage
+from reconciler.kernel.config import Ceilings, Identity, LineagePaths, ModelConfig
+from reconciler.kernel.generation import run_generation
+from reconciler.kernel.identity import fingerprint
+from reconciler.kernel.sandbox import bwrap_argv
+
+TARGET_S = 0.25
+
+
+def bare_emacs(kernel_dir: Path, ceilings: Ceilings) -> float:
+    argv = bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings)
+    argv = [*argv[: argv.index("--") + 1], "emacs", "-Q", "--batch"]
+    began = time.monotonic()
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+    return time.monotonic() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    ceilings = Ceilings()
+    with tempfile.TemporaryDirectory(prefix="ouro-bench-") as folder:
+        root = Path(folder)
+        paths = LineagePaths(root / "bench", root / "bench.git", root / "bench.observations",
+                             "lineage-bench", "observations/lineage-bench")
+        identity = Identity("https://example.invalid/ouro.git", "bench", "b" * 40, fingerprint())
+        lineage.init_lineage(paths, identity)
+        replies = root / "replies"
+        replies.mkdir()
+        seed = lineage.ORGANISM.read_text()
+        for index in range(args.rounds + 1):
+            (replies / f"{index:04d}.el").write_text(seed)
+        model = ModelConfig(provider="replay", name="replay-bench", replay_dir=replies)
+        empty = root / "kernel"
+        empty.mkdir()
+
+        def generation() -> float:
+            began = time.monotonic()
+            outcome = run_generation(paths=paths, identity=identity, model=model,
+                                     ceilings=ceilings, api_key=None)
+            assert outcome.outcome == "no-change", outcome
+            return time.monotonic() - began
+
+        generation()  # warm: imports, page cache
+        bare_emacs(empty, ceilings)
+        generations, baselines = [], []
+        for _ in range(args.rounds):
+            baselines.append(bare_emacs(empty, ceilings))
+            generations.append(generation())
+
+    base = statistics.median(baselines)
+    gen = statistics.median(generations)
+    overhead = gen - base
+    print(f"bare bwrap + emacs -Q --batch: median {base:.3f} s  (min {min(baselines):.3f})")
+    print(f"one generation (seed, replay):  median {gen:.3f} s  (min {min(generations):.3f})")
+    print(f"overhead: {overhead:.3f} s (target <= {TARGET_S:.2f} s): "
+          f"{'met' if overhead <= TARGET_S else 'MISSED'}")
+    return 0 if overhead <= TARGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
