@@ -1,0 +1,71 @@
+"""`ouro doctor` tries the real thing: a life in the sandbox under real ceilings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler.doctor import check_keys, ready, run_checks
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
+
+
+def _doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", MAIN, "doctor", *args], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_this_host_is_ready_and_says_how() -> None:
+    result = _doctor(env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok  a life in the sandbox: Emacs " in result.stdout
+    assert "curl ok" in result.stdout
+    assert "ok  ceilings: cgroup1: limits set and read back" in result.stdout
+
+
+def test_missing_programs_are_named_with_the_remedy(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH
+    result = _doctor(env=env)
+    assert result.returncode == 1
+    assert "NO  bwrap: not found on PATH" in result.stdout
+    assert "apt-get install bubblewrap" in result.stdout
+    assert "a life in the sandbox" not in result.stdout  # not attempted without bwrap
+
+
+def test_key_checks_never_show_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OURO_TEST_KEY", "sk-very-secret-value")
+    monkeypatch.delenv("OURO_MISSING_KEY", raising=False)
+    checks = check_keys([("a", "OURO_TEST_KEY"), ("b", "OURO_MISSING_KEY")])
+    assert [c.ok for c in checks] == [True, False]
+    assert all("sk-very-secret-value" not in f"{c.detail} {c.remedy}" for c in checks)
+    assert checks[1].remedy == "export OURO_MISSING_KEY=... before ouro apply"
+
+
+def test_spec_keys_are_checked_from_the_specs(tmp_path: Path) -> None:
+    spec = tmp_path / "paid.yaml"
+    spec.write_text(
+        "apiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: paid}\n"
+        "spec:\n  generations: 1\n  model: {provider: openai, name: gpt-5.6,"
+        " api_key_env: OURO_DOCTOR_TEST_KEY}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OURO_DOCTOR_TEST_KEY"}
+    result = _doctor(str(spec), env=env)
+    assert result.returncode == 1
+    assert "NO  key for paid: OURO_DOCTOR_TEST_KEY is not set" in result.stdout
+
+
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_a_failed_life_makes_the_host_not_ready() -> None:
+    from reconciler.doctor import Check
+
+    checks = run_checks(life=lambda: Check("a life in the sandbox", False, "probe died"))
+    assert "a life in the sandbox" in [c.name for c in checks]
+    assert not ready(checks)
