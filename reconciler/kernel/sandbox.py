@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .ceilings import Accounting, Scope, open_scope
 from .config import Ceilings
+from .errors import PreflightError
 
 RUNNER = Path(__file__).with_name("runner.sh")
 KERNEL_MOUNT = "/kernel"
@@ -133,15 +134,21 @@ def run_sandbox(
     cancel: threading.Event | None = None,
     scope: Scope | None = None,
 ) -> SandboxResult:
-    """Run one life. ``CeilingError`` (nothing ran) if the ceilings cannot be put in force.
+    """Run one life. ``CeilingError`` (nothing ran) if the ceilings cannot be put in force,
+    ``PreflightError`` if the runner cannot be installed or the sandbox cannot be started.
 
     ``scope``: an already opened scope to run in (default: ``open_scope(ceilings,
     scope_name)``); it is closed here either way.
     """
-    install_runner(kernel_dir)
+    try:
+        install_runner(kernel_dir)
+    except OSError as exc:
+        raise PreflightError(f"kernel: cannot install the runner in {kernel_dir}: {exc}") from exc
     scope = scope if scope is not None else open_scope(ceilings, scope_name)
     try:
         return _run(scope, bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings), ceilings, cancel)
+    except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
+        raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
     finally:
         scope.close()
 
