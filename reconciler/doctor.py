@@ -55,7 +55,7 @@ def _version(argv: list[str]) -> str | None:
 
 def check_python() -> Check:
     return Check("python", True, f"Python {platform.python_version()}, "
-                 f"pygit2 {pygit2.__version__} (libgit2 {pygit2.LIBGIT2_VERSION})")
+                 f"pygit2 {getattr(pygit2, '__version__', '?')} (libgit2 {pygit2.LIBGIT2_VERSION})")
 
 
 def check_program(name: str, version_flag: str = "--version") -> Check:
