@@ -511,7 +511,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply(404, b"not found: POST /generate is the only operation\n")
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
-        status, body = self.server.service.serve(headers, self.rfile.read)
+        try:
+            status, body = self.server.service.serve(headers, self.rfile.read)
+        except OSError:
+            raise  # the organism hung up or stalled; nothing to answer
+        except Exception as exc:  # a broker bug must not take the generation's audit with it
+            sys.stderr.write(f"broker: internal error: {type(exc).__name__}: {exc}\n")
+            status, body = 502, b"model unavailable\n"
         self._reply(status, body)
 
     def do_GET(self) -> None:

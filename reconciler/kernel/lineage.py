@@ -43,6 +43,7 @@ __all__ = [
     "lineage_metadata",
     "observation_metadata",
     "read_json_blob",
+    "read_lineage_metadata",
     "seed_sha256",
 ]
 
@@ -97,6 +98,13 @@ def read_json_blob(repo: pygit2.Repository, commit_id: str, path: str) -> dict[s
     except (KeyError, ValueError, pygit2.GitError, UnicodeDecodeError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def read_lineage_metadata(
+    repo: pygit2.Repository, commit_id: str = "HEAD"
+) -> dict[str, Any] | None:
+    """``.ouroboros-lineage.json`` as of a commit (default HEAD); None if absent or not JSON."""
+    return read_json_blob(repo, commit_id, METADATA_FILE)
 
 
 def _json_text(value: dict[str, Any]) -> bytes:

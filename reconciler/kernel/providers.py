@@ -296,12 +296,17 @@ class HttpProvider:
         import httpx
 
         body = json.dumps(self.wire.body(self.model, prompt, max_tokens)).encode("utf-8")
+        deadline = time.monotonic() + timeout  # httpx's read timeout is per read, not in total
         try:
             with self.client.stream("POST", self.url, content=body, headers=self.headers,
                                     timeout=httpx.Timeout(timeout)) as response:
                 data = bytearray()
                 for chunk in response.iter_bytes():
                     data += chunk
+                    if time.monotonic() > deadline:
+                        raise ProviderFailure("timeout", "the response outlasted the timeout",
+                                              retryable=True, billable=True,
+                                              http_status=response.status_code)
                     if len(data) > MAX_RESPONSE_BYTES:
                         raise ProviderFailure("response_too_large",
                                               f"more than {MAX_RESPONSE_BYTES} bytes",
@@ -433,8 +438,14 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
         started, clock = _now(), time.monotonic()
         entry: dict[str, Any] = {"attempt": len(result.attempts) + 1, "started_at": started}
         try:
-            completion = provider.attempt(prompt, max_tokens,
-                                          max(0.1, deadline - time.monotonic()))
+            try:
+                completion = provider.attempt(prompt, max_tokens,
+                                              max(0.1, deadline - time.monotonic()))
+            except ProviderFailure:
+                raise
+            except Exception as exc:  # a bug or a surprise: final, and assume it was billed
+                raise ProviderFailure("internal_error", _describe(exc), retryable=False,
+                                      billable=True) from exc
         except ProviderFailure as failure:
             _settle(entry, ledger, reservation, failure.usage,
                     billable=failure.billable and not offline, result=result)

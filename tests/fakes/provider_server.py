@@ -42,6 +42,7 @@ class Reply:
     body: bytes | None = None  # raw body; wins over json
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to stall before answering (a hang)
+    drip: float = 0.0  # seconds between body bytes (a trickle that never times a read out)
 
 
 Handler = Callable[[Seen, int], Reply]
@@ -138,7 +139,13 @@ class FakeProvider:
                     else:
                         self.send_header("content-length", str(len(body)))
                     self.end_headers()
-                    self.wfile.write(body)
+                    if reply.drip:
+                        for index in range(len(body)):
+                            self.wfile.write(body[index:index + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.drip)
+                    else:
+                        self.wfile.write(body)
                 except OSError:
                     pass  # the client gave up (a timeout test)
 

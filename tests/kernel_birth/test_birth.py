@@ -12,6 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from reconciler.kernel import lineage
@@ -240,3 +241,22 @@ def test_relative_paths_are_recorded_absolute(tmp_path: Path,
     assert (tmp_path / "rel/demo/.git").read_text() == f"gitdir: {tmp_path}/rel/demo.git\n"
     assert git("status", "--porcelain", cwd=tmp_path / "rel/demo") == ""
     assert os.path.isabs(git("config", "core.worktree", cwd=tmp_path / "rel/demo").strip())
+
+
+def test_metadata_reads_back_through_pygit2(tmp_path: Path, original_lineage: Path,
+                                            sample_lineage: Path) -> None:
+    paths = places(tmp_path / "mine")
+    init_lineage(paths, IDENTITY)
+    mine = lineage.read_lineage_metadata(pygit2.Repository(str(paths.git_dir)))
+    assert mine is not None and mine["instrument_commit"] == IDENTITY.commit
+    theirs = lineage.read_lineage_metadata(pygit2.Repository(str(original_lineage)))
+    assert theirs is not None and theirs["schema"] == "ouroboros-lineage/v2"
+    assert lineage.read_lineage_metadata(pygit2.Repository(str(sample_lineage))) is None
+    assert lineage.read_lineage_metadata(pygit2.Repository(str(paths.git_dir)), "f" * 40) is None
+
+
+def test_public_names_are_chosen() -> None:
+    assert sorted(lineage.__all__) == [
+        "OBSERVATION_METADATA_FILE", "ORGANISM", "SIGNATURE", "init_lineage", "lineage_metadata",
+        "observation_metadata", "read_json_blob", "read_lineage_metadata", "seed_sha256"]
+    assert lineage.seed_sha256() == hashlib.sha256(ORGANISM.read_bytes()).hexdigest()

@@ -24,6 +24,7 @@ from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import (
     OK_REPLIES,
     FakeProvider,
+    Handler,
     Reply,
     Seen,
     anthropic_ok,
@@ -133,7 +134,7 @@ def http_date(seconds_from_now: float) -> str:
 @dataclass
 class Case:
     provider: str
-    replies: list[Reply] | Callable[[], list[Reply]] | None  # None: nothing listens
+    replies: list[Reply] | Handler | None  # None: nothing listens
     status: int  # what the organism sees
     attempts: list[int | None]  # provider status of each attempt (None: no response)
     errors: list[str | None] | None = None
@@ -155,9 +156,9 @@ CASES = [
                                  openai_ok("ok")],
                       200, [429, 200], ["rate_limited", None], min_seconds=1.0),
                  id="429-retry-after-seconds"),
-    pytest.param(Case("openai", lambda: [Reply(429, RATE_BODY,
-                                               headers={"retry-after": http_date(2)}),
-                                         openai_ok("ok")],
+    pytest.param(Case("openai", lambda seen, number: Reply(
+                          429, RATE_BODY, headers={"retry-after": http_date(2)})
+                      if number == 1 else openai_ok("ok"),
                       200, [429, 200], min_seconds=0.9),
                  id="429-retry-after-http-date"),
     pytest.param(Case("openai", [Reply(429, RATE_BODY, headers={"retry-after-ms": "1200",
@@ -181,6 +182,9 @@ CASES = [
     pytest.param(Case("anthropic", [Reply(200, anthropic_ok("late").json, delay=30)], 502,
                       [None], ["timeout"], min_seconds=2.0, max_seconds=4.5, timeout=3),
                  id="hang-past-the-timeout"),
+    pytest.param(Case("openai-compatible", [Reply(200, chat_ok("slow").json, drip=0.25)], 502,
+                      [200], ["timeout"], min_seconds=2.0, max_seconds=4.5, timeout=3),
+                 id="trickle-past-the-timeout"),
     pytest.param(Case("openai", [Reply(200, body=b'{"output": [')], 502, [200],
                       ["malformed_response"]),
                  id="malformed-json-final"),
@@ -234,8 +238,8 @@ def test_failures_are_classified_once_and_every_attempt_is_audited(
     if case.replies is None:
         status, elapsed, call = run(closed_port_url())
     else:
-        replies = case.replies() if callable(case.replies) else case.replies
-        with FakeProvider(script(*replies)) as fake:
+        handler = case.replies if callable(case.replies) else script(*case.replies)
+        with FakeProvider(handler) as fake:
             status, elapsed, call = run(fake.url)
         assert len(fake.requests) == len(call["attempts"])
     attempts = call["attempts"]

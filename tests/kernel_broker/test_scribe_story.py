@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.kernel.config import ModelConfig
-from reconciler.kernel.formats import journal_entry
+from reconciler.kernel.formats import Status, journal_entry
 from reconciler.kernel.lineage import ORGANISM
 from reconciler.kernel.providers import replay_files
 from tests.kernel_broker.organism_harness import EMACS, defvar_value, elisp_string, live
@@ -77,7 +77,7 @@ def test_the_story_holds_when_lived_through_the_broker(tmp_path: Path) -> None:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         if life.exit_status == 0:
             after = {p.name: p.read_bytes() for p in work.iterdir()}
-            status = "changed" if after != tree else "no-change"
+            status: Status = "changed" if after != tree else "no-change"
             tree = after
             if tree["organism.el"] != bodies[-1]:
                 bodies.append(tree["organism.el"])

@@ -11,26 +11,39 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reconciler.kernel.broker import capabilities
 from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
 from reconciler.kernel.lineage import ORGANISM
-from tests.kernel_broker.organism_harness import defvar_value, live
+from tests.kernel_broker.organism_harness import Life, defvar_value, live
 
 JOURNAL = "\n## gen 1 — no-change — 2026-11-29T15:45:59+00:00\n"
 REPLY = ';;; next — généré 🐍\n(message "the successor")\n'
 
 
+@dataclass(frozen=True)
+class Places:
+    work: Path
+    kernel: Path
+    private: Path
+
+    def live(self, model: ModelConfig, **kwargs: Any) -> Life:
+        return live(work=self.work, kernel=self.kernel, private=self.private, model=model,
+                    **kwargs)
+
+
 @pytest.fixture
-def places(tmp_path: Path) -> dict[str, Path]:
+def places(tmp_path: Path) -> Places:
     work = tmp_path / "work"
     work.mkdir()
     shutil.copyfile(ORGANISM, work / "organism.el")
-    return {"work": work, "kernel": tmp_path / "k", "private": tmp_path / "p"}
+    return Places(work, tmp_path / "k", tmp_path / "p")
 
 
 def replay(tmp_path: Path, *replies: str, **overrides: object) -> ModelConfig:
@@ -43,12 +56,12 @@ def replay(tmp_path: Path, *replies: str, **overrides: object) -> ModelConfig:
 
 
 def test_seed_asks_the_replay_model_and_becomes_its_reply(
-        tmp_path: Path, places: dict[str, Path]) -> None:
+        tmp_path: Path, places: Places) -> None:
     model = replay(tmp_path, REPLY)
-    life = live(model=model, journal=JOURNAL, generation=2, **places)
+    life = places.live(model, journal=JOURNAL, generation=2)
     assert life.exit_status == 0, life.stderr
-    assert (places["work"] / "organism.el").read_bytes() == REPLY.encode("utf-8")
-    assert sorted(p.name for p in places["work"].iterdir()) == ["organism.el"]
+    assert (places.work / "organism.el").read_bytes() == REPLY.encode("utf-8")
+    assert sorted(p.name for p in places.work.iterdir()) == ["organism.el"]
 
     (call,) = life.report.model_calls
     seed = ORGANISM.read_text(encoding="utf-8")
@@ -70,12 +83,12 @@ def test_seed_asks_the_replay_model_and_becomes_its_reply(
     assert life.report.accounted_usd == 0
 
 
-def test_the_prompt_variable_is_what_is_sent(tmp_path: Path, places: dict[str, Path]) -> None:
-    source = places["work"] / "organism.el"
+def test_the_prompt_variable_is_what_is_sent(tmp_path: Path, places: Places) -> None:
+    source = places.work / "organism.el"
     text = source.read_text()
     start = text.index('(defvar organism-prompt\n  "') + len('(defvar organism-prompt\n  "')
     source.write_text(text[:start] + "REWRITTEN INSTRUCTION. " + text[start:])
-    life = live(model=replay(tmp_path, REPLY), **places)
+    life = places.live(replay(tmp_path, REPLY))
     assert life.exit_status == 0, life.stderr
     assert life.report.model_calls[0]["prompt"].startswith("REWRITTEN INSTRUCTION. ")
 
@@ -92,26 +105,26 @@ NO_SUCCESSOR = [
 
 @pytest.mark.parametrize(("kind", "overrides", "status"), NO_SUCCESSOR)
 def test_no_successor_leaves_the_seed_and_exits_zero(
-        tmp_path: Path, places: dict[str, Path], kind: str, overrides: dict[str, object],
+        tmp_path: Path, places: Places, kind: str, overrides: dict[str, object],
         status: int | None) -> None:
     if kind == "echo":
         model = ModelConfig(provider="echo", name="echo")
     else:
         model = replay(tmp_path, *([] if kind == "exhausted" else [REPLY]), **overrides)
     if kind == "no-broker":  # a manifest naming a socket nobody listens on
-        places["kernel"].mkdir()
-        (places["kernel"] / "capabilities.json").write_text(json.dumps(
-            capabilities(constraints_manifest(Ceilings(), model), str(places["kernel"]))))
-    life = live(model=model, start_broker=kind != "no-broker", **places)
+        places.kernel.mkdir()
+        (places.kernel / "capabilities.json").write_text(json.dumps(
+            capabilities(constraints_manifest(Ceilings(), model), str(places.kernel))))
+    life = places.live(model, start_broker=kind != "no-broker")
     assert life.exit_status == 0, life.stderr
-    assert (places["work"] / "organism.el").read_bytes() == ORGANISM.read_bytes()
-    assert sorted(p.name for p in places["work"].iterdir()) == ["organism.el"]
+    assert (places.work / "organism.el").read_bytes() == ORGANISM.read_bytes()
+    assert sorted(p.name for p in places.work.iterdir()) == ["organism.el"]
     assert "no successor this time" in life.stderr
     assert [c["http_status"] for c in life.report.model_calls] == \
         ([] if status is None else [status])
 
 
 def test_seed_asks_for_no_more_than_the_manifest_allows(
-        tmp_path: Path, places: dict[str, Path]) -> None:
-    life = live(model=replay(tmp_path, REPLY, max_output_tokens=777), **places)
+        tmp_path: Path, places: Places) -> None:
+    life = places.live(replay(tmp_path, REPLY, max_output_tokens=777))
     assert life.report.model_calls[0]["requested_output_tokens"] == 777
