@@ -15,6 +15,9 @@ fi
 # sh exports PWD; the organism's environment is exactly HOME and PATH.
 env -u PWD emacs -Q --batch -l /work/organism.el >&2 </dev/null
 status=$?
+# The life is over: nothing it started lives on to change /work while it is archived
+# (kill -1 reaches every process of this pid namespace but init and ourselves).
+kill -9 -1 2>/dev/null
 if [ "$status" -ne 0 ]; then
   exit "$status"
 fi

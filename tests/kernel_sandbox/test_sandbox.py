@@ -477,6 +477,21 @@ def test_published_tree_round_trips_through_the_decoder(tmp_path: Path) -> None:
     assert entries["sub/deep/x.txt"].executable
 
 
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_nothing_the_organism_started_outlives_it(tmp_path: Path) -> None:
+    """A background writer still appending to /work would make tar's snapshot torn."""
+    need_real()
+    organism = ('(call-process "/bin/sh" nil 0 nil "-c" '
+                '"while :; do echo x >> /work/grow; done")\n(sleep-for 0.3)\n')
+    for _ in range(3):
+        result = run(tmp_path, organism)
+        assert result.exit_status == 0, result.stderr
+        grown = files(result)["grow"]
+        assert grown and set(grown.split(b"\n")) <= {b"x", b""}
+        (tmp_path / "kernel").rename(tmp_path / f"kernel-{uuid.uuid4().hex}")
+
+
 def test_runner_is_installed_byte_exact(tmp_path: Path) -> None:
     folder = tmp_path / "kernel"
     folder.mkdir()
