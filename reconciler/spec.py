@@ -177,7 +177,8 @@ class _Strict(BaseModel):
 class Metadata(_Strict):
     name: str = Field(
         description="lowercase letters, digits and '-' (a DNS label, at most 63 characters); "
-        "unique among the specs of one run"
+        "unique among the specs of one run",
+        json_schema_extra={"pattern": _DNS_LABEL.pattern},
     )
     labels: dict[str, str] = Field(
         default_factory=dict, description="free-form string labels, shown by plan and status"
@@ -213,11 +214,50 @@ class PriceSpec(_Strict):
         return kc.Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _when(provider: str | list[str], then: dict[str, Any],
+          otherwise: dict[str, Any] | None = None) -> dict[str, Any]:
+    match = {"const": provider} if isinstance(provider, str) else {"enum": provider}
+    rule: dict[str, Any] = {
+        "if": {"properties": {"provider": match}, "required": ["provider"]}, "then": then,
+    }
+    if otherwise is not None:
+        rule["else"] = otherwise
+    return rule
+
+
+_NULL = {"type": "null"}
+# The provider rules, for editors (the validators above are the authority).
+_PROVIDER_RULES: list[Any] = [
+    _when("openai-compatible", {"required": ["name", "base_url", "price"]},
+          {"properties": {"base_url": _NULL}}),
+    _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
+    _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
+    *(
+        _when(provider, {"anyOf": [
+            {"required": ["name", "price"]},
+            {"required": ["name"], "properties": {"name": {"enum": sorted(known)}}},
+        ], "properties": {"api_key_env": {"type": "string"}}})
+        for provider, known in sorted(prices.KNOWN_PRICES.items())
+    ),
+]
+
+
 class ModelSpec(_Strict):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra={"allOf": _PROVIDER_RULES}
+    )
+
     provider: Provider = Field(description="anthropic | openai | openai-compatible | replay | echo")
     name: str = Field(
-        description="the provider's model name; optional for replay and echo "
-        "(defaults to the provider's name)"
+        default="",
+        validate_default=True,
+        description="the provider's model name; required for anthropic, openai and "
+        "openai-compatible; for replay and echo it defaults to the provider's name",
+        json_schema_extra=_no_default,
     )
     base_url: str | None = Field(
         default=None,
@@ -269,7 +309,12 @@ class ModelSpec(_Strict):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, value: str) -> str:
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        provider = info.data.get("provider")
+        if value == "" and provider in PAID_PROVIDERS:
+            raise ValueError(f"required, but missing: provider {provider} needs the model's name")
+        if value == "" and provider is None:
+            return value  # the provider is wrong; that is the problem to report
         if not _MODEL_NAME.match(value) or not value.strip():
             raise ValueError("a model name is 1-200 printable characters")
         return value
@@ -432,6 +477,7 @@ class InstrumentSpec(_Strict):
         default=None,
         description="optional pin: refuse to plan or apply unless this instrument is this "
         "commit (a full 40- or 64-hex id)",
+        json_schema_extra={"pattern": r"^\s*([0-9a-fA-F]{40}|[0-9a-fA-F]{64})\s*$"},
     )
 
     @field_validator("commit")

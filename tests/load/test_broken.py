@@ -29,7 +29,7 @@ EXPECTED: dict[str, list[str]] = {
     "missing.yaml": [
         "3:11: metadata.name: required, but missing",
         "5:3: spec.generations: required, but missing",
-        "6:5: spec.model.name: required, but missing",
+        "6:5: spec.model.name: required, but missing: provider openai needs the model's name",
     ],
     "providers.yaml": [
         "10:15: spec.model.base_url: base_url is only for provider openai-compatible, "

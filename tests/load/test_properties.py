@@ -166,7 +166,11 @@ def test_any_unknown_key_anywhere_is_an_error(path: tuple[str, ...], key: str, v
         return  # not unknown
     target[key] = value
     text = _dump(document)
-    assume(YAML(typ="safe", pure=True).load(text) == document)  # the dumper kept the key
+    try:
+        reread = YAML(typ="safe", pure=True).load(text)
+    except Exception:  # ruamel's dumper can write what its parser refuses ('{:0: null}')
+        reread = None
+    assume(reread == document)  # the dumper kept the key
     result = _load(text)
     assert isinstance(result, SpecError)
     dotted = "".join(c if c.isprintable() else repr(c)[1:-1] for c in ".".join((*path, key)))
