@@ -16,7 +16,11 @@ repositories is ``ouro verify``'s job.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +54,7 @@ INTENT_SCHEMA = "ouro-generation-intent/v1"
 OBSERVATION_METADATA_FILE = "metadata.json"
 GENERATIONS_DIR = "generations"
 _MAX_DIRTY_LISTED = 20
+_FAST_CLEAN_MAX_FILES = 20000
 
 ProblemCode = Literal[
     "partial-paths",
@@ -594,21 +599,174 @@ def _interrupted(
     )
 
 
-def _dirty(paths: LineagePaths, problems: _Problems) -> tuple[str, ...]:
-    repo = _open(paths.worktree)
-    if repo is None:
+def _gitlink_target(worktree: Path) -> Path | None:
+    """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
+    dotgit = worktree / ".git"
+    if dotgit.is_dir():
+        return dotgit
+    try:
+        text = dotgit.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    return worktree / text.removeprefix("gitdir:").strip()
+
+
+def _same_place(a: Path, b: Path) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+_ENTRY = struct.Struct(">10I20sH")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
+
+
+def _index_entries(data: bytes) -> tuple[list[tuple[str, int, int, int, int, bytes]],
+                                         bytes | None] | None:
+    """Entries (path, mtime s, mtime ns, mode, size, sha1) and the cached root tree id
+    of a version 2/3 index; None for anything this reader does not handle."""
+    if len(data) < 32 or data[:4] != b"DIRC":
+        return None
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):
+        return None
+    entries = []
+    offset = 12
+    for _ in range(count):
+        (_cs, _cn, ms, mns, _dev, _ino, mode, _uid, _gid, size, sha,
+         flags) = _ENTRY.unpack_from(data, offset)
+        header = 62
+        if flags & 0x4000:  # extended flags (skip-worktree, intent-to-add): not handled
+            return None
+        if (flags >> 12) & 3:  # a conflict stage
+            return None
+        end = data.index(b"\0", offset + header)
+        path = data[offset + header:end].decode("utf-8")
+        entries.append((path, ms, mns, mode, size, sha))
+        offset += (header + len(path.encode("utf-8")) + 8) & ~7
+    root_tree: bytes | None = None
+    while offset + 8 <= len(data) - 20:
+        signature = data[offset:offset + 4]
+        (length,) = struct.unpack_from(">I", data, offset + 4)
+        body = data[offset + 8:offset + 8 + length]
+        if signature == b"TREE" and body.startswith(b"\0"):
+            line_end = body.index(b"\n")
+            counts = body[1:line_end].split(b" ")
+            if counts and int(counts[0]) >= 0:
+                root_tree = body[line_end + 1:line_end + 21]
+        offset += 8 + length
+    return entries, root_tree
+
+
+def _tree_entries(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> dict[
+    str, tuple[int, bytes]
+]:
+    found: dict[str, tuple[int, bytes]] = {}
+    for entry in tree:
+        path = prefix + str(entry.name)
+        if entry.filemode == pygit2.GIT_FILEMODE_TREE:
+            sub = repo[entry.id]
+            if not isinstance(sub, pygit2.Tree):
+                raise KeyError(path)
+            found.update(_tree_entries(repo, sub, path + "/"))
+        else:
+            found[path] = (int(entry.filemode), bytes.fromhex(str(entry.id)))
+    return found
+
+
+def _worktree_files(worktree: Path) -> set[str] | None:
+    """Every file and symlink under the worktree (not ``.git``); None past a size limit."""
+    found: set[str] = set()
+    stack = [(worktree, "")]
+    while stack:
+        folder, prefix = stack.pop()
+        with os.scandir(folder) as listing:
+            for item in listing:
+                if not prefix and item.name == ".git":
+                    continue
+                if item.is_dir(follow_symlinks=False):
+                    stack.append((Path(item.path), prefix + item.name + "/"))
+                else:
+                    found.add(prefix + item.name)
+        if len(found) > _FAST_CLEAN_MAX_FILES:
+            return None
+    return found
+
+
+def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
+                    head: pygit2.Commit) -> bool:
+    """git's own stat check, read-only: True only when index == HEAD and the worktree
+    matches the index (files whose stat is racy are hashed). False means "cannot tell
+    quickly"; the caller then asks libgit2, which is exact but slow on racy entries
+    (it re-reads them on every call and may not refresh the index: we never write)."""
+    index_path = git_dir / "index"
+    try:
+        data = index_path.read_bytes()
+        index_stat = index_path.stat()
+        parsed = _index_entries(data)
+        if parsed is None or (worktree / ".gitattributes").exists():
+            return False
+        entries, root_tree = parsed
+        if root_tree is None or root_tree.hex() != str(head.tree_id):
+            expected = _tree_entries(repo, head.tree)
+            if {path: (mode, sha) for path, _s, _n, mode, _z, sha in entries} != expected:
+                return False
+        files = _worktree_files(worktree)
+        if files is None or files != {entry[0] for entry in entries}:
+            return False
+        index_time = divmod(index_stat.st_mtime_ns, 1_000_000_000)
+        for path, seconds, nanos, mode, size, sha in entries:
+            target = worktree / path
+            info = target.lstat()
+            if mode == 0o120000:
+                if not stat.S_ISLNK(info.st_mode):
+                    return False
+                content = os.readlink(target).encode("utf-8")
+            elif mode in (0o100644, 0o100755):
+                if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (
+                    mode == 0o100755
+                ):
+                    return False
+                content = b""
+            else:
+                return False
+            if info.st_size & 0xFFFFFFFF != size:
+                return False
+            if divmod(info.st_mtime_ns, 1_000_000_000) != (seconds, nanos):
+                return False
+            if (seconds, nanos) >= index_time or size == 0:  # racy: compare the content
+                if mode != 0o120000:
+                    content = target.read_bytes()
+                digest = hashlib.sha1(b"blob %d\0" % len(content) + content,
+                                      usedforsecurity=False).digest()
+                if digest != sha:
+                    return False
+        return True
+    except (OSError, ValueError, KeyError, UnicodeDecodeError, struct.error):
+        return False
+
+
+def _dirty(paths: LineagePaths, lin: _LineageRead, problems: _Problems) -> tuple[str, ...]:
+    target = _gitlink_target(paths.worktree)
+    if target is None:
         problems.add(
             "partial-paths",
             f"{paths.worktree} is not a worktree of {paths.git_dir} (no .git pointer)",
         )
         return ()
+    if not _same_place(target, paths.git_dir):
+        problems.add(
+            "partial-paths", f"{paths.worktree}/.git points to {target}, not {paths.git_dir}"
+        )
+        return ()
+    if lin.repo is not None and lin.head is not None and _provably_clean(
+        lin.repo, paths.git_dir, paths.worktree, lin.head
+    ):
+        return ()
+    repo = _open(paths.worktree)
+    if repo is None:
+        problems.add("partial-paths", f"{paths.worktree}: cannot open it as a worktree")
+        return ()
     try:
-        if Path(repo.path).resolve() != paths.git_dir.resolve():
-            problems.add(
-                "partial-paths",
-                f"{paths.worktree}/.git points to {repo.path}, not {paths.git_dir}",
-            )
-            return ()
         status = repo.status()
     except (pygit2.GitError, OSError) as error:
         problems.add("partial-paths", f"{paths.worktree}: cannot read the worktree: {error}")
@@ -657,7 +815,7 @@ def observe(paths: LineagePaths) -> Observed:
             _check_root(lin, paths, problems)
             interrupted = _interrupted(paths, lin, obs, generations, problems)
         if worktree_exists and lin.head is not None:
-            dirty = _dirty(paths, problems)
+            dirty = _dirty(paths, lin, problems)
     except (pygit2.GitError, KeyError, ValueError, OSError) as error:
         problems.add(
             "not-a-lineage", f"{paths.git_dir}: unreadable: {type(error).__name__}: {error}"

@@ -82,7 +82,7 @@ class LineageBuilder:
         if not dotgit.is_file():
             dotgit.write_text(f"gitdir: {self.paths.git_dir}\n", encoding="utf-8")
         self.repo.config["core.worktree"] = str(self.paths.worktree)
-        files = {"organism.el": SEED_ORGANISM, "journal.md": b""}
+        files: dict[str, bytes | None] = {"organism.el": SEED_ORGANISM, "journal.md": b""}
         if metadata:
             files[METADATA_FILE] = _json(self.lineage_metadata())
         self.seed = self._commit(files, formats.SEED_SUBJECT)
@@ -137,7 +137,8 @@ class LineageBuilder:
                 builder.insert(name, repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
         for folder, content in folders.items():
             existing = builder.get(folder)
-            sub = repo[existing.id] if existing is not None else None
+            found = repo[existing.id] if existing is not None else None
+            sub = found if isinstance(found, pygit2.Tree) else None
             builder.insert(folder, self._tree(sub, content, repo), pygit2.GIT_FILEMODE_TREE)
         return builder.write()
 

@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        *args: str) -> tuple[int, str, str]:
+        *args: str | Path) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["ouro", *map(str, args)])
     code = 0
     try:
