@@ -21,6 +21,7 @@ from reconciler.kernel.decoder import decode
 from reconciler.kernel.errors import PreflightError
 from reconciler.kernel.sandbox import (
     RUNNER,
+    STDERR_LIMIT,
     SandboxResult,
     archive_limit,
     bwrap_argv,
@@ -490,6 +491,29 @@ def test_nothing_the_organism_started_outlives_it(tmp_path: Path) -> None:
         grown = files(result)["grow"]
         assert grown and set(grown.split(b"\n")) <= {b"x", b""}
         (tmp_path / "kernel").rename(tmp_path / f"kernel-{uuid.uuid4().hex}")
+
+
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_archive_beyond_the_ceilings_is_dropped_not_truncated(tmp_path: Path) -> None:
+    need_real()
+    few = Ceilings(**{**CEILINGS.__dict__, "worktree_files": 1, "worktree_bytes": 64 << 10})
+    assert archive_limit(few) < 1000 * 512  # empty files: tmpfs bytes do not bound them
+    result = run(tmp_path, '(dotimes (i 1000) (with-temp-file (format "/work/f%d" i)))\n', few)
+    assert result.exit_status == 0
+    assert result.archive_overflow and result.archive == b""
+
+
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_stderr_keeps_only_its_last_mebibyte(tmp_path: Path) -> None:
+    need_real()
+    organism = ('(dotimes (i 40000) (message "%s %d" (make-string 80 ?e) i))\n'
+                '(message "the very end")\n')
+    result = run(tmp_path, organism)
+    assert result.exit_status == 0
+    assert len(result.stderr) == STDERR_LIMIT
+    assert result.stderr.endswith(b"the very end\n")
 
 
 def test_runner_is_installed_byte_exact(tmp_path: Path) -> None:
