@@ -44,7 +44,7 @@ from .config import (
     ModelConfig,
     Price,
 )
-from .errors import ProviderConfigError, TransientError
+from .errors import ProviderConfigError, RecoveryError, TransientError
 
 __all__ = [
     "AUDIT_FILE",
@@ -187,12 +187,17 @@ class Broker:
 
         ``kernel_view`` is where the organism sees ``kernel_dir`` (``/kernel`` in the
         sandbox; tests running an organism outside one pass ``kernel_dir`` itself).
-        Raises ``ProviderConfigError`` before anything starts, ``TransientError``
-        if the process fails to come up.
+        Raises ``ProviderConfigError`` before anything starts, ``RecoveryError`` if
+        ``private_dir`` already holds an audit, ``TransientError`` if the process
+        fails to come up.
         """
         _check_config(model, api_key, generation, replay_cursor)
         kernel_dir = Path(os.path.abspath(kernel_dir))
         private_dir = Path(os.path.abspath(private_dir))
+        if (private_dir / AUDIT_FILE).exists():  # another generation's spend: never mix or lose it
+            raise RecoveryError(
+                f"kernel: {private_dir / AUDIT_FILE} already exists; every broker needs a fresh "
+                "private dir (recover the earlier generation's spend from it first)")
         try:
             kernel_dir.mkdir(parents=True, exist_ok=True)
             private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

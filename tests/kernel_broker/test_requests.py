@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.kernel.broker import Broker, capabilities
 from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
-from reconciler.kernel.errors import ProviderConfigError
+from reconciler.kernel.errors import ProviderConfigError, RecoveryError
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, Reply, chat_ok, script
 
@@ -250,3 +250,13 @@ def test_replay_cursor_continues_across_generations(tmp_path: Path) -> None:
     assert calls[1]["error"] == "model_unavailable"
     assert "replay exhausted" in calls[1]["error_detail"]
     assert "response 5 requested, 4 available" in calls[1]["error_detail"]
+
+
+def test_a_private_dir_with_an_audit_is_never_reused(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path, ECHO)
+    post(broker.socket_path, "x")
+    broker.stop()
+    before = (tmp_path / "private" / "audit.jsonl").read_bytes()
+    with pytest.raises(RecoveryError, match="fresh private dir"):
+        start_broker(tmp_path, ECHO, generation=2)
+    assert (tmp_path / "private" / "audit.jsonl").read_bytes() == before
