@@ -20,7 +20,7 @@ import json
 import os
 import typing
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,10 +276,11 @@ def _duplicate_keys(source: _Source, root: Node, problems: list[Problem]) -> Non
             stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
 
 
-def _documents(source: _Source, text: str, problems: list[Problem]) -> Iterator[
+def _documents(source: _Source, text: str, problems: list[Problem]) -> list[
     tuple[int, Node, Any]
 ]:
     """(index, node, plain value) for every non-empty document of one file."""
+    found: list[tuple[int, Node, Any]] = []
     yaml = YAML(typ="safe", pure=True)
     yaml.allow_duplicate_keys = True  # reported by _duplicate_keys, with both positions
     count = 0
@@ -294,7 +295,7 @@ def _documents(source: _Source, text: str, problems: list[Problem]) -> Iterator[
                 break
             except Exception as error:  # ruamel raises more than YAMLError on odd input
                 problems.append(_yaml_problem(source, text, error))
-                return
+                return found
             index += 1
             if node is None or (isinstance(node, ScalarNode)
                                 and str(node.tag).endswith(":null")
@@ -307,10 +308,11 @@ def _documents(source: _Source, text: str, problems: list[Problem]) -> Iterator[
             except Exception as error:
                 problems.append(_yaml_problem(source, text, error))
                 continue
-            yield index - 1, node, value
+            found.append((index - 1, node, value))
     if count == 0:
         problems.append(_problem(source.shown, 1, 1, "",
                                  "empty: no spec document in this file"))
+    return found
 
 
 # --- positions and messages --------------------------------------------------------
@@ -534,8 +536,24 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
             spec = _validate(source, index, node, value, problems)
             if spec is not None:
                 documents.append(_Document(source, index, node, spec))
-    default_dir = _resolve_state_dir(state_dir)
-    loaded = [_resolve(document, default_dir) for document in documents]
+    loaded: list[LoadedSpec] = []
+    default_dir: Path | None = None
+    for document in documents:
+        if document.spec.spec.storage.path is None and default_dir is None:
+            try:
+                default_dir = _resolve_state_dir(state_dir)
+            except (RuntimeError, KeyError, OSError, ValueError) as error:
+                problems.append(_problem(
+                    document.source.shown,
+                    *_locate(document.node, ("spec", "storage", "path"), key=False),
+                    "spec.storage.path",
+                    f"no default: the state dir cannot be found ({error}); set "
+                    "spec.storage.path, --state-dir or OURO_STATE_DIR",
+                ))
+                continue
+        loaded.append(_resolve(document, default_dir or Path("/")))
+    if len(loaded) != len(documents):
+        documents = [d for d in documents if d.spec.spec.storage.path is not None]
     _check_unique(documents, loaded, problems)
     if problems:
         files = dict.fromkeys([*(s.shown for s in sources), *(p.file for p in problems)])

@@ -49,6 +49,14 @@ DEFAULT_API_KEY_ENV: dict[str, str | None] = {
     "echo": None,
 }
 
+# Upper bounds: beyond them a value is a typo, and the kernel's cgroup and tmpfs
+# files (signed 64-bit) could not hold it anyway.
+MAX_BYTES = (1 << 63) - 1
+MAX_SECONDS = 366 * 86400
+MAX_TASKS = 4194304  # the kernel's PID_MAX_LIMIT
+MAX_COUNT = 1_000_000_000
+MAX_GENERATIONS = 1_000_000
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -218,11 +226,13 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-def _when(provider: str | list[str], then: dict[str, Any],
-          otherwise: dict[str, Any] | None = None) -> dict[str, Any]:
+def _when(
+    provider: str | list[str], then: dict[str, Any], otherwise: dict[str, Any] | None = None
+) -> dict[str, Any]:
     match = {"const": provider} if isinstance(provider, str) else {"enum": provider}
     rule: dict[str, Any] = {
-        "if": {"properties": {"provider": match}, "required": ["provider"]}, "then": then,
+        "if": {"properties": {"provider": match}, "required": ["provider"]},
+        "then": then,
     }
     if otherwise is not None:
         rule["else"] = otherwise
@@ -232,15 +242,24 @@ def _when(provider: str | list[str], then: dict[str, Any],
 _NULL = {"type": "null"}
 # The provider rules, for editors (the validators above are the authority).
 _PROVIDER_RULES: list[Any] = [
-    _when("openai-compatible", {"required": ["name", "base_url", "price"]},
-          {"properties": {"base_url": _NULL}}),
+    _when(
+        "openai-compatible",
+        {"required": ["name", "base_url", "price"]},
+        {"properties": {"base_url": _NULL}},
+    ),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
     _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
     *(
-        _when(provider, {"anyOf": [
-            {"required": ["name", "price"]},
-            {"required": ["name"], "properties": {"name": {"enum": sorted(known)}}},
-        ], "properties": {"api_key_env": {"type": "string"}}})
+        _when(
+            provider,
+            {
+                "anyOf": [
+                    {"required": ["name", "price"]},
+                    {"required": ["name"], "properties": {"name": {"enum": sorted(known)}}},
+                ],
+                "properties": {"api_key_env": {"type": "string"}},
+            },
+        )
         for provider, known in sorted(prices.KNOWN_PRICES.items())
     ),
 ]
@@ -278,9 +297,11 @@ class ModelSpec(_Strict):
         description="replay only, and required there: a folder of response files (every "
         "non-hidden file, in name order), relative to the spec file's folder",
     )
-    max_output_tokens: int = Field(default=12000, ge=1, description="per request")
-    max_prompt_bytes: Size = Field(default=196608, ge=1, description="per request, in bytes")
-    request_timeout: Duration = Field(default=600, ge=1, description="per request")
+    max_output_tokens: int = Field(default=12000, ge=1, le=MAX_COUNT, description="per request")
+    max_prompt_bytes: Size = Field(
+        default=196608, ge=1, le=MAX_BYTES, description="per request, in bytes"
+    )
+    request_timeout: Duration = Field(default=600, ge=1, le=MAX_SECONDS, description="per request")
     budget_usd: Money = Field(
         default=Decimal("1.00"),
         validate_default=True,
@@ -377,8 +398,9 @@ class ModelSpec(_Strict):
             )
         context = info.context if isinstance(info.context, dict) else {}
         base = context.get("base_dir")
-        folder = Path(os.path.normpath(value if value.is_absolute() or base is None
-                                       else Path(base) / value))
+        folder = Path(
+            os.path.normpath(value if value.is_absolute() or base is None else Path(base) / value)
+        )
         try:
             exists, is_dir = folder.exists(), folder.is_dir()
         except (OSError, ValueError) as error:
@@ -429,19 +451,30 @@ class ModelSpec(_Strict):
 
 
 class CeilingsSpec(_Strict):
-    wall: Duration = Field(default=600, ge=1, description="wall-clock limit of one generation")
+    wall: Duration = Field(
+        default=600, ge=1, le=MAX_SECONDS, description="wall-clock limit of one generation"
+    )
     cpu: Duration = Field(
         default=120,
         ge=1,
+        le=MAX_SECONDS * 1024,
         description="aggregate CPU seconds; enforced as a quota of cpu / wall (at least 1%)",
     )
-    memory: Size = Field(default=1 << 30, ge=1, description="memory limit (MemoryMax)")
-    swap: Size = Field(default=0, ge=0, description="swap limit (MemorySwapMax)")
-    tasks: int = Field(default=64, ge=1, description="processes and threads (TasksMax)")
-    worktree: Size = Field(default=256 << 20, ge=1, description="size of the /work tmpfs")
-    worktree_files: int = Field(default=10000, ge=1, description="files a generation may publish")
-    tmp: Size = Field(default=64 << 20, ge=1, description="size of the /tmp tmpfs")
-    run: Size = Field(default=16 << 20, ge=1, description="size of the /run tmpfs")
+    memory: Size = Field(
+        default=1 << 30, ge=1, le=MAX_BYTES, description="memory limit (MemoryMax)"
+    )
+    swap: Size = Field(default=0, ge=0, le=MAX_BYTES, description="swap limit (MemorySwapMax)")
+    tasks: int = Field(
+        default=64, ge=1, le=MAX_TASKS, description="processes and threads (TasksMax)"
+    )
+    worktree: Size = Field(
+        default=256 << 20, ge=1, le=MAX_BYTES, description="size of the /work tmpfs"
+    )
+    worktree_files: int = Field(
+        default=10000, ge=1, le=MAX_COUNT, description="files a generation may publish"
+    )
+    tmp: Size = Field(default=64 << 20, ge=1, le=MAX_BYTES, description="size of the /tmp tmpfs")
+    run: Size = Field(default=16 << 20, ge=1, le=MAX_BYTES, description="size of the /run tmpfs")
     enforcement: Enforcement = Field(
         default="auto", description="auto | systemd | cgroup2 | cgroup1"
     )
@@ -492,7 +525,9 @@ class InstrumentSpec(_Strict):
 
 
 class LineageBody(_Strict):
-    generations: int = Field(ge=0, description="the desired TOTAL number of generations")
+    generations: int = Field(
+        ge=0, le=MAX_GENERATIONS, description="the desired TOTAL number of generations"
+    )
     model: ModelSpec
     ceilings: CeilingsSpec = Field(default_factory=CeilingsSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)

@@ -358,3 +358,21 @@ def test_state_dir(
     monkeypatch.setenv("HOME", str(tmp_path))
     got = state_dir(Path(explicit) if explicit else None)
     assert got == Path(expected.replace("{home}", str(tmp_path)))
+
+
+def test_no_home_no_default_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OURO_STATE_DIR", "")
+    monkeypatch.setenv("XDG_DATA_HOME", "")
+
+    def homeless() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(homeless))
+    placed = MINIMAL.format(name="placed") + "  storage: {path: here}\n"
+    path = write(tmp_path, "f.yaml", placed + "---\n" + MINIMAL.format(name="homeless"))
+    assert problems([path]) == [
+        f"{path}:16:3: spec.storage.path: no default: the state dir cannot be found (Could not "
+        "determine home directory.); set spec.storage.path, --state-dir or OURO_STATE_DIR"
+    ]
+    assert only([write(tmp_path / "ok", "f.yaml", placed)]).paths().worktree == (
+        tmp_path / "ok" / "here")
