@@ -575,7 +575,6 @@ class SystemdScope:
         self.started = False
         self.killed = False
         self._proc: subprocess.Popen[bytes] | None = None
-        self._last: dict[str, str] = {}
 
     @classmethod
     def open(cls, ceilings: Ceilings, name: str, mounts: CgroupMounts) -> SystemdScope:
@@ -704,8 +703,9 @@ class SystemdScope:
                 self._proc.kill()
 
     def accounting(self) -> Accounting:
+        # Read after the main process ended: if systemd already collected the scope,
+        # every number is unknown (None), never a guess.
         values = self._show("CPUUsageNSec", "MemoryPeak", "OOMKills", "Result")
-        self._last = values
         return Accounting(
             cpu_usage_nsec=_systemd_int(values.get("CPUUsageNSec")),
             memory_peak_bytes=_systemd_int(values.get("MemoryPeak")),

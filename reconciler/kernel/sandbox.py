@@ -12,7 +12,14 @@ environment apart from PATH.
 The wall limit is a deadline here: when it passes (or ``cancel`` is set) the
 whole scope is killed. The exit status is the sandboxed process's own: bwrap
 propagates it, and reports a command killed by signal N as 128+N (shell
-convention), so any status above 128 is read as a signal.
+convention; the runner, a shell, does the same for Emacs), so a status in
+129..192 is read as that signal -- an organism calling ``(kill-emacs 130)`` is
+indistinguishable from one killed by SIGINT, by construction of the shell.
+
+Output is bounded: stdout (the result archive) up to ``archive_limit()`` --
+beyond it the archive is dropped whole (``archive_overflow``), never cut,
+so a truncated tar can never pass for a smaller tree -- and stderr keeps its
+last ``STDERR_LIMIT`` bytes.
 """
 
 from __future__ import annotations

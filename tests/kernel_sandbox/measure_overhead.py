@@ -2,7 +2,8 @@
 
     python tests/kernel_sandbox/measure_overhead.py [ROUNDS]
 
-Prints the median wall time of: the bare bwrap + emacs start; run_sandbox with the
+Prints the median wall time of: the bare bwrap + emacs start; the same with the
+kernel's full bwrap arguments (namespaces, tmpfs sizes, read-only root); run_sandbox with the
 CPU quota at 100 % (kernel overhead only); run_sandbox with the default ceilings
 (20 % quota: the throttling is physics, not overhead); and the parts of the kernel's
 own work (open_scope, close).
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from reconciler.kernel.ceilings import open_scope
 from reconciler.kernel.config import Ceilings
-from reconciler.kernel.sandbox import run_sandbox
+from reconciler.kernel.sandbox import bwrap_argv, run_sandbox
 
 ORGANISM = b'(message "alive")\n'
 BARE = ["bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink",
@@ -47,12 +48,18 @@ def main(rounds: int) -> None:
         (kernel / "input.tar").write_bytes(buffer.getvalue())
         full = Ceilings(cpu_seconds=600, wall_seconds=600, enforcement="cgroup1")
         default = Ceilings(enforcement="cgroup1")
-        times: dict[str, list[float]] = {k: [] for k in
-                                         ("bare", "sandbox-100%", "sandbox-20%", "open", "close")}
+        times: dict[str, list[float]] = {k: [] for k in (
+            "bare", "bwrap-our-args", "sandbox-100%", "sandbox-20%", "open", "close")}
+        ours = bwrap_argv(kernel_dir=kernel, ceilings=full)
+        ours = [*ours[: ours.index("--") + 1], "emacs", "-Q", "--batch", "--eval",
+                '(message "alive")']
         for _ in range(rounds):
             start = time.perf_counter()
             subprocess.run(BARE, check=True, capture_output=True)
             times["bare"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            subprocess.run(ours, check=True, capture_output=True)
+            times["bwrap-our-args"].append(time.perf_counter() - start)
             for key, ceilings in (("sandbox-100%", full), ("sandbox-20%", default)):
                 start = time.perf_counter()
                 result = run_sandbox(kernel_dir=kernel, ceilings=ceilings,
