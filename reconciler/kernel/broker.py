@@ -23,6 +23,7 @@ import hashlib
 import http.server
 import json
 import os
+import resource
 import select
 import signal
 import socketserver
@@ -547,6 +548,7 @@ def _read_line_fd(fd: int) -> bytes:
 
 def main() -> int:
     """The broker process: config (with the key) from stdin, then serve until told to stop."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core dump will ever hold the key
     line = _read_line_fd(0)
     try:
         config = json.loads(line)

@@ -12,6 +12,7 @@ whatever this call created (and only that). All git access is pygit2.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -182,16 +183,16 @@ def init_lineage(paths: LineagePaths, identity: Identity) -> None:
         raise BirthError(f"kernel: cannot read the canonical seed {ORGANISM}: {exc}") from exc
     digest = hashlib.sha256(seed).hexdigest()
 
-    created: list[Path] = []
-    for place in (worktree, git_dir, observations):
-        for ancestor in _missing_ancestors(place):
-            if ancestor not in created:
-                created.append(ancestor)
+    created: list[Path] = []  # only what this call made, in order: undone newest first
     try:
-        for ancestor in created:
-            ancestor.mkdir()
         for place in (worktree, git_dir, observations):
-            place.mkdir()
+            for ancestor in _missing_ancestors(place):
+                try:
+                    ancestor.mkdir()
+                except FileExistsError:
+                    continue  # made by someone else meanwhile: not ours to remove
+                created.append(ancestor)
+            place.mkdir()  # FileExistsError if another birth got here first
             created.append(place)
 
         lineage = pygit2.init_repository(
@@ -221,17 +222,23 @@ def init_lineage(paths: LineagePaths, identity: Identity) -> None:
             observation_init_subject(paths.branch),
         )
     except (OSError, pygit2.GitError, ValueError) as exc:
-        _remove(created)
+        _remove(created, (worktree, git_dir, observations))
         raise BirthError(f"kernel: creating lineage {paths.branch} failed: {exc}") from exc
     except BaseException:
-        _remove(created)
+        _remove(created, (worktree, git_dir, observations))
         raise
 
 
-def _remove(created: list[Path]) -> None:
-    """Undo a partial birth: remove only what this call created, newest first."""
-    for place in reversed(created):
-        if place.is_dir() and not place.is_symlink():
-            shutil.rmtree(place, ignore_errors=True)
-        elif os.path.lexists(place):
-            place.unlink()
+def _remove(created: list[Path], places: tuple[Path, ...]) -> None:
+    """Undo a partial birth: only what this call made, newest first.
+
+    The three places were made by this call (mkdir succeeded), so all of their
+    contents are ours. An ancestor directory we made may meanwhile hold someone
+    else's work: it goes only if it is empty.
+    """
+    for path in reversed(created):
+        if path in places:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.rmdir()

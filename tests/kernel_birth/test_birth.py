@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pygit2
@@ -260,3 +261,16 @@ def test_public_names_are_chosen() -> None:
         "OBSERVATION_METADATA_FILE", "ORGANISM", "SIGNATURE", "init_lineage", "lineage_metadata",
         "observation_metadata", "read_json_blob", "read_lineage_metadata", "seed_sha256"]
     assert lineage.seed_sha256() == hashlib.sha256(ORGANISM.read_bytes()).hexdigest()
+
+
+def test_concurrent_births_of_one_lineage_one_wins_and_nothing_of_the_winner_is_removed(
+        tmp_path: Path) -> None:
+    paths = places(tmp_path / "a" / "b")
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(init_lineage, paths, IDENTITY) for _ in range(4)]
+    errors = [f.exception() for f in futures]
+    assert sum(e is None for e in errors) == 1
+    assert all(isinstance(e, BirthError) for e in errors if e is not None)
+    assert git("status", "--porcelain", cwd=paths.worktree) == ""
+    assert git("log", "--format=%s", cwd=paths.observations).strip() == \
+        "observe: initialize lineage-demo"

@@ -52,6 +52,9 @@ def test_the_key_is_nowhere_but_in_the_request_to_the_provider(
             assert variables["HOME"].startswith(str(tmp_path / "private"))
             assert variables["TMPDIR"].startswith(str(tmp_path / "private"))
             assert key.encode() not in environ and other.encode() not in environ
+            limits = Path(f"/proc/{broker.pid}/limits").read_text()
+            assert [line.split()[4:6] for line in limits.splitlines()
+                    if line.startswith("Max core file size")] == [["0", "0"]]
             assert b"-m\0reconciler.kernel.broker" in \
                 Path(f"/proc/{broker.pid}/cmdline").read_bytes()
             first = post(broker.socket_path, "hello")
