@@ -721,6 +721,35 @@ class SystemdScope:
             )
 
 
+def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> list[str]:
+    """Remove leftover cgroups named ``prefix*`` that hold no task; returns their names.
+
+    A kernel killed mid-generation leaves its (empty) cgroups behind: its sandbox
+    dies with it (--die-with-parent), the directories do not. Call this while holding
+    the lineage's lock, before opening the next scope. Groups with tasks are kept.
+    """
+    validate_scope_name(prefix)
+    found = mounts if mounts is not None else discover_mounts()
+    parents = [m / PARENT for m in dict.fromkeys(found.v1.values())]
+    if found.v2 is not None:
+        parents.append(found.v2 / PARENT)
+    removed: set[str] = set()
+    for parent in parents:
+        try:
+            children = [p for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
+        except OSError:
+            continue
+        for child in children:
+            if _pids_of(child):
+                continue
+            try:
+                os.rmdir(child)
+            except OSError:
+                continue
+            removed.add(child.name)
+    return sorted(removed)
+
+
 _OPENERS: dict[str, Callable[[Ceilings, str, CgroupMounts], Scope]] = {
     "systemd": SystemdScope.open,
     "cgroup2": Cgroup2Scope.open,

@@ -18,6 +18,7 @@ from reconciler.kernel.ceilings import (
     CgroupMounts,
     discover_mounts,
     open_scope,
+    reap_stale_scopes,
 )
 from reconciler.kernel.config import Ceilings
 from reconciler.kernel.errors import CeilingError, PreflightError
@@ -186,6 +187,29 @@ def test_auto_picks_cgroup1_here_and_says_so() -> None:
             assert scope.backend == "cgroup1"
     finally:
         scope.close()
+
+
+@pytest.mark.cgroup
+def test_stale_scopes_of_a_dead_kernel_are_reaped_but_live_ones_kept() -> None:
+    need_cgroup1()
+    prefix = unique("stale")
+    stale = open_scope(SMALL, f"{prefix}-gen1-111")  # never closed: its kernel "died"
+    live = open_scope(SMALL, f"{prefix}-gen2-222")
+    other_name = unique("other")
+    other = open_scope(SMALL, other_name)
+    proc = live.popen(["sleep", "30"])
+    try:
+        assert reap_stale_scopes(prefix) == [f"{prefix}-gen1-111"]
+        for controller in V1:
+            assert not cg1(controller, f"{prefix}-gen1-111").exists()
+            assert cg1(controller, f"{prefix}-gen2-222").is_dir()
+        assert cg1("memory", other_name).is_dir()
+    finally:
+        live.kill()
+        proc.wait()
+        live.close()
+        other.close()
+        stale.close()
 
 
 # ---------------------------------------------------------------- real cgroup v2 refusal
