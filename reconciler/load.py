@@ -37,6 +37,8 @@ from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import API_VERSION, KIND, LineageSpec
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+MAX_FILE_BYTES = 1 << 20  # a spec is a page of YAML; beyond this it is a mistake
+MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in flow nesting: refuse before parsing
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -201,6 +203,11 @@ def _read_text(source: _Source, problems: list[Problem]) -> str | None:
         problems.append(_problem(source.shown, 1, 1, "",
                                  f"cannot read: {error.strerror or error}"))
         return None
+    if len(data) > MAX_FILE_BYTES:
+        problems.append(_problem(source.shown, 1, 1, "",
+                                 f"too large for a spec file ({len(data)} bytes; at most "
+                                 f"{MAX_FILE_BYTES})"))
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -213,6 +220,38 @@ def _read_text(source: _Source, problems: list[Problem]) -> str | None:
         ))
         return None
     return text.removeprefix("\ufeff")
+
+
+def _flow_too_deep(text: str) -> tuple[int, int] | None:
+    """Where ``[``/``{`` nesting first exceeds MAX_FLOW_DEPTH (quotes and comments skipped).
+
+    An approximation of YAML's lexing that only ever errs towards parsing: the
+    parser itself reports everything else.
+    """
+    depth, quote, comment, previous = 0, "", False, "\n"
+    line, column = 1, 0
+    for char in text:
+        column += 1
+        if char == "\n":
+            line, column, comment, previous = line + 1, 0, False, char
+            continue  # quoted scalars may span lines: keep `quote`
+        if comment:
+            continue
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"" and previous in " \t\n[{,:":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                return line, column
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        previous = char
+    return None
 
 
 def _position_of_offset(text: str, offset: int) -> tuple[int, int]:
@@ -281,6 +320,11 @@ def _documents(source: _Source, text: str, problems: list[Problem]) -> list[
 ]:
     """(index, node, plain value) for every non-empty document of one file."""
     found: list[tuple[int, Node, Any]] = []
+    deep = _flow_too_deep(text)
+    if deep is not None:
+        problems.append(_problem(source.shown, *deep, "",
+                                 f"nested more than {MAX_FLOW_DEPTH} levels deep"))
+        return found
     yaml = YAML(typ="safe", pure=True)
     yaml.allow_duplicate_keys = True  # reported by _duplicate_keys, with both positions
     count = 0

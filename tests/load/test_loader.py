@@ -236,9 +236,14 @@ spec:
         (b"1: x\napiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: k}\n"
          b"spec: {generations: 1, model: {provider: echo}}\n",
          "1:1: 1: unknown field; keys are strings (got integer 1)"),
+        (b"a: " + b"[" * 100 + b"]" * 100, "1:68: nested more than 64 levels deep"),
+        (b"apiVersion: ouro/v1\na: '[[[[" + b"[" * 100 + b"'\n# " + b"{" * 100 + b"\n",
+         "1:1: kind: required, but missing (this file must say kind: Lineage)"),
+        (b"#" * ((1 << 20) + 1), "1:1: too large for a spec file (1048577 bytes; at most "
+         "1048576)"),
     ],
     ids=["not-utf8", "empty", "comment-only", "scalar", "tab", "control-char", "python-tag",
-         "no-kind", "int-key"],
+         "no-kind", "int-key", "too-deep", "brackets-in-quotes-and-comments", "too-large"],
 )
 def test_bad_files_give_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
     path = write(tmp_path, "x.yaml", content)
