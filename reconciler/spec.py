@@ -240,7 +240,7 @@ def _when(
 
 
 _NULL = {"type": "null"}
-# The provider rules, for editors (the validators above are the authority).
+# The provider rules, for editors (the validators of ModelSpec below are the authority).
 _PROVIDER_RULES: list[Any] = [
     _when(
         "openai-compatible",
