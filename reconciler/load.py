@@ -36,6 +36,15 @@ from reconciler.errors import Problem, SpecError
 from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import API_VERSION, KIND, LineageSpec
 
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_FLOW_DEPTH",
+    "SPEC_SUFFIXES",
+    "LoadedSpec",
+    "load_specs",
+    "state_dir",
+]
+
 SPEC_SUFFIXES = (".yaml", ".yml")
 MAX_FILE_BYTES = 1 << 20  # a spec is a page of YAML; beyond this it is a mistake
 MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in flow nesting: refuse before parsing

@@ -11,6 +11,8 @@ from decimal import Decimal
 
 from reconciler.kernel.config import FREE, OFFLINE_PROVIDERS, Price
 
+__all__ = ["KNOWN_PRICES", "known_models", "known_price"]
+
 
 def _price(input_usd: str, output_usd: str) -> Price:
     return Price(Decimal(input_usd), Decimal(output_usd))

@@ -35,6 +35,23 @@ from reconciler import prices, units
 from reconciler.kernel import config as kc
 from reconciler.kernel.identity import is_object_id
 
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_API_KEY_ENV",
+    "KIND",
+    "PAID_PROVIDERS",
+    "CeilingsSpec",
+    "InstrumentSpec",
+    "LineageBody",
+    "LineageSpec",
+    "Metadata",
+    "ModelSpec",
+    "PriceSpec",
+    "StorageSpec",
+    "branch_name_problem",
+    "json_schema",
+]
+
 API_VERSION = "ouro/v1"
 KIND = "Lineage"
 

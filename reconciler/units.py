@@ -22,6 +22,18 @@ import reprlib
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+__all__ = [
+    "DURATION_PATTERN",
+    "MONEY_PATTERN",
+    "SIZE_PATTERN",
+    "describe",
+    "format_duration",
+    "format_size",
+    "parse_duration",
+    "parse_money",
+    "parse_size",
+]
+
 _SIZE_SHIFTS = {"": 0, "B": 0}
 for _letter, _shift in (("K", 10), ("M", 20), ("G", 30), ("T", 40)):
     for _suffix in (_letter, _letter + "i", _letter + "iB"):

@@ -1,0 +1,43 @@
+"""The public names of the spec layer are chosen and listed; this guards the list."""
+
+from __future__ import annotations
+
+import inspect
+from types import ModuleType
+
+import pytest
+
+from reconciler import load, prices, spec, units
+
+PUBLIC = {
+    load: ["MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec", "load_specs",
+           "state_dir"],
+    spec: ["API_VERSION", "DEFAULT_API_KEY_ENV", "KIND", "PAID_PROVIDERS", "CeilingsSpec",
+           "InstrumentSpec", "LineageBody", "LineageSpec", "Metadata", "ModelSpec", "PriceSpec",
+           "StorageSpec", "branch_name_problem", "json_schema"],
+    units: ["DURATION_PATTERN", "MONEY_PATTERN", "SIZE_PATTERN", "describe", "format_duration",
+            "format_size", "parse_duration", "parse_money", "parse_size"],
+    prices: ["KNOWN_PRICES", "known_models", "known_price"],
+}
+
+
+@pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)
+def test_public_names(module: ModuleType) -> None:
+    assert sorted(module.__all__) == sorted(PUBLIC[module])
+    assert all(hasattr(module, name) for name in module.__all__)
+
+
+def test_the_contract_signatures() -> None:
+    """INTERFACES.md codes against these exact signatures."""
+    assert str(inspect.signature(load.load_specs)) == (
+        "(paths: 'Sequence[Path]', *, state_dir: 'Path | None' = None) -> 'list[LoadedSpec]'"
+    )
+    assert str(inspect.signature(load.state_dir)) == (
+        "(explicit: 'Path | None' = None) -> 'Path'"
+    )
+    fields = [f for f in load.LoadedSpec.__dataclass_fields__]
+    assert fields == ["spec", "file", "document_index", "line", "sha256"]
+    for name in ("paths", "model", "ceilings"):
+        assert callable(getattr(load.LoadedSpec, name))
+    assert isinstance(load.LoadedSpec.name, property)
+    assert isinstance(load.LoadedSpec.instrument_pin, property)
