@@ -24,13 +24,16 @@ makes the process SIGKILL itself there.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
 import os
 import re
+import select
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -102,6 +105,31 @@ KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
 JOURNAL_TAIL_LINES = 5
 OBSERVATION_TAIL_LINES = 20
 OBSERVATION_METADATA_FILE = "metadata.json"
+
+
+_SOCKET_FILE = "model.sock"  # as the broker names it (broker.SOCKET_FILE)
+_MANIFEST_FILE = "capabilities.json"
+_DOOR_BACKLOG = 16
+_DOOR_BUFFER = 1 << 16
+
+
+class _Either(threading.Event):
+    """Set when either event is (the sandbox polls ``is_set``)."""
+
+    def __init__(self, own: threading.Event, other: threading.Event | None) -> None:
+        super().__init__()
+        self.own, self.other = own, other
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.other is not None and self.other.is_set())
+
+
+def _write_manifest(kernel_dir: Path, constraints: dict[str, Any]) -> None:
+    """/kernel/capabilities.json, exactly as the broker writes its own."""
+    from .broker import capabilities
+
+    text = json.dumps(capabilities(constraints), indent=2, ensure_ascii=False) + "\n"
+    (kernel_dir / _MANIFEST_FILE).write_bytes(text.encode("utf-8"))
 
 
 class GenerationCancelled(KernelError):
@@ -340,26 +368,152 @@ def _check_provider(model: ModelConfig, api_key: str | None, generation: int, cu
 # ---------------------------------------------------------------- the generation
 
 
+class _Door:
+    """The organism's ``/kernel/model.sock``, held by the kernel from before the sandbox starts.
+
+    The broker takes a while to come up (a fresh Python process); the organism should
+    not wait for it to *start*, only to *answer*. So the kernel binds the socket the
+    organism sees, and the broker its own, elsewhere. Connections wait in the door's
+    backlog until the broker is ready, then are relayed byte for byte, one at a time
+    (the broker serves one request at a time; every reply closes its connection).
+    Nothing is parsed here. Bounded: a few waiting connections (more are closed at
+    once) and at most ``_DOOR_BUFFER`` bytes buffered in each direction.
+    """
+
+    def __init__(self, kernel_dir: Path) -> None:
+        self.path = kernel_dir / _SOCKET_FILE
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.listener.bind(str(self.path))
+            self.listener.listen(_DOOR_BACKLOG)
+            self.listener.setblocking(False)
+        except OSError:
+            self.listener.close()
+            raise
+        self.upstream: str | None = None
+        self.refused = False
+        self.stopped = False
+        self.wake_r, self.wake_w = os.pipe()
+        self.thread = threading.Thread(target=self._serve, name="ouro-model-door", daemon=True)
+        self.thread.start()
+
+    def _poke(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.wake_w, b"x")
+
+    def open(self, upstream: Path) -> None:
+        self.upstream = str(upstream)
+        self._poke()
+
+    def refuse(self) -> None:
+        self.refused = True
+        self._poke()
+
+    def close(self) -> None:
+        self.stopped = True
+        self._poke()
+        self.thread.join()
+        for fd in (self.wake_r, self.wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _serve(self) -> None:
+        waiting: collections.deque[socket.socket] = collections.deque()
+        pair: tuple[socket.socket, socket.socket] | None = None
+        try:
+            while not self.stopped:
+                if pair is None and waiting and (self.upstream or self.refused):
+                    pair = self._link(waiting.popleft())
+                    continue
+                pair_fds: list[Any] = list(pair) if pair else []
+                readable = [self.listener, self.wake_r, *pair_fds]
+                ready, _, _ = select.select(readable, [], [], 1.0)
+                if self.wake_r in ready:
+                    os.read(self.wake_r, 64)
+                if self.listener in ready:
+                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                        client, _ = self.listener.accept()
+                        if len(waiting) >= _DOOR_BACKLOG:
+                            client.close()
+                        else:
+                            waiting.append(client)
+                if pair is not None and any(s in ready for s in pair) and not self._relay(*pair):
+                    for side in pair:
+                        side.close()
+                    pair = None
+        finally:
+            for client in waiting:
+                client.close()
+            for side in pair or ():
+                side.close()
+            self.listener.close()
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+    def _link(self, client: socket.socket) -> tuple[socket.socket, socket.socket] | None:
+        if self.refused or self.upstream is None:
+            client.close()
+            return None
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.settimeout(5.0)
+            upstream.connect(self.upstream)
+        except OSError:
+            upstream.close()
+            client.close()
+            return None
+        return client, upstream
+
+    @staticmethod
+    def _relay(client: socket.socket, upstream: socket.socket) -> bool:
+        """Move what is ready; False when the exchange is over (or broken)."""
+        try:
+            ready, _, _ = select.select([client, upstream], [], [], 0)
+            if client in ready:
+                data = client.recv(_DOOR_BUFFER)
+                if data:
+                    upstream.sendall(data)
+                else:
+                    upstream.shutdown(socket.SHUT_WR)  # the request is complete
+            if upstream in ready:
+                data = upstream.recv(_DOOR_BUFFER)
+                if not data:
+                    return False  # the broker closes after every reply
+                client.sendall(data)
+        except OSError:
+            return False
+        return True
+
+
 @dataclass
 class _Attempt:
     """What exists of one attempt, for cleanup."""
 
-    kernel_dir: Path
+    kernel_dir: Path  # mounted read-only at /kernel
+    broker_dir: Path  # the broker's own socket and manifest; never mounted
     private_dir: Path
     scope: Scope | None = None  # until handed to the sandbox
+    door: _Door | None = None
     broker: _BrokerLike | None = None
     broker_error: BaseException | None = None
     starter: threading.Thread | None = None
+    abort: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def start_broker(self, runtime: Runtime, **kwargs: Any) -> None:
-        """Start the broker on its own thread: it comes up while the git work is done."""
+        """Start the broker on its own thread: it comes up while the sandbox does."""
 
         def target() -> None:
             try:
                 self.broker = runtime.start_broker(
-                    kernel_dir=self.kernel_dir, private_dir=self.private_dir, **kwargs)
+                    kernel_dir=self.broker_dir, private_dir=self.private_dir, **kwargs)
             except BaseException as exc:  # handed to the main thread by ready()
                 self.broker_error = exc
+                if self.door is not None:
+                    self.door.refuse()
+                self.abort.set()  # a life without its model is no life: stop the sandbox
+            else:
+                if self.door is not None:
+                    self.door.open(self.broker_dir / _SOCKET_FILE)
 
         self.starter = threading.Thread(target=target, name="ouro-broker-start", daemon=True)
         self.starter.start()
@@ -374,6 +528,9 @@ class _Attempt:
 
     def stop(self) -> None:
         """Stop whatever still runs (best effort: recovery reads the broker's audit anyway)."""
+        if self.door is not None:
+            self.door.close()
+            self.door = None
         if self.starter is not None:
             self.starter.join()
         if self.broker is not None:
@@ -551,6 +708,7 @@ def run_generation(
     stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
     attempt = _Attempt(
         kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
+        broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
         private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
         scope=scope,
     )
@@ -567,6 +725,7 @@ def run_generation(
             "phase": "running",
             "private_dir": str(attempt.private_dir),
             "kernel_dir": str(attempt.kernel_dir),
+            "broker_dir": str(attempt.broker_dir),
             "pid": os.getpid(),
             "pid_start": _process_start(os.getpid()),
             "started_at": started_at,
@@ -576,10 +735,14 @@ def run_generation(
     except BaseException:
         attempt.stop()  # no marker: nothing ran, nothing to recover
         shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
+        shutil.rmtree(attempt.broker_dir, ignore_errors=True)
         raise
     try:
-        # From here on a crash is recovered through the marker. The broker comes up on
-        # its own thread while the input archive is built.
+        # From here on a crash is recovered through the marker. The organism's door to
+        # the model is open (answering once the broker is up, which it does on its own
+        # thread while the archive is built and the sandbox starts).
+        _write_manifest(attempt.kernel_dir, constraints)
+        attempt.door = _Door(attempt.kernel_dir)
         attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
                              generation=n, replay_cursor=cursor)
         return _run(paths, state, head, edited, n, cursor, marker, attempt, model, ceilings,
@@ -633,17 +796,20 @@ def _run(
     (attempt.kernel_dir / JOURNAL_FILE).write_bytes(journal)
     (attempt.kernel_dir / "input.tar").write_bytes(
         publish.input_archive(lineage, head.tree, head.commit_time))
-    broker = attempt.ready()
 
     scope, attempt.scope = attempt.scope, None
     result = runtime.run_sandbox(
         kernel_dir=attempt.kernel_dir, ceilings=ceilings, scope_name=_scope_name(paths, n),
-        cancel=cancel, scope=scope,
+        cancel=_Either(attempt.abort, cancel), scope=scope,
     )
     hook("after-sandbox")
     # The organism is gone, so nobody can ask the broker anything: kill it (no graceful
     # wait) and take its audit, which is complete: a request it was still serving is on
     # record as pending with its worst case accounted.
+    if attempt.door is not None:
+        attempt.door.close()
+        attempt.door = None
+    broker = attempt.ready()  # the broker's own failure (the sandbox was stopped) raises here
     attempt.broker = None
     broker.kill()
     calls = runtime.read_audit(attempt.private_dir)
@@ -690,8 +856,8 @@ def _run(
     publish.checkout_worktree(lineage, commit, progress)
     hook("before-marker-removal")
     publish.remove_marker(paths)
-    shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
-    shutil.rmtree(attempt.private_dir, ignore_errors=True)
+    for leftover in (attempt.kernel_dir, attempt.broker_dir, attempt.private_dir):
+        shutil.rmtree(leftover, ignore_errors=True)
     return GenerationOutcome(
         generation=n,
         status=outcome.status,

@@ -145,14 +145,15 @@ def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> Non
         candidate = Path(private).resolve()
         if candidate.parent == private_root:
             shutil.rmtree(candidate, ignore_errors=True)
-    kernel = marker.get("kernel_dir")
-    if isinstance(kernel, str):
-        candidate = Path(kernel).resolve()
-        if (
-            candidate.name.startswith(KERNEL_DIR_PREFIX)
-            and candidate.parent == Path(tempfile.gettempdir()).resolve()
-        ):
-            shutil.rmtree(candidate, ignore_errors=True)
+    for key in ("kernel_dir", "broker_dir"):
+        value = marker.get(key)
+        if isinstance(value, str):
+            candidate = Path(value).resolve()
+            if (
+                candidate.name.startswith(KERNEL_DIR_PREFIX)
+                and candidate.parent == Path(tempfile.gettempdir()).resolve()
+            ):
+                shutil.rmtree(candidate, ignore_errors=True)
 
 
 def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> None:

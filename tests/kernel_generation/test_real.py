@@ -164,7 +164,8 @@ def test_fork_bomb_is_held_by_the_task_ceiling(born: Lineage, quiet: ModelConfig
 
 
 def test_shell_fork_bomb_ends_at_the_wall(born: Lineage, quiet: ModelConfig) -> None:
-    install(born, '(call-process "sh" nil nil nil "-c" "b(){ b | b & }; b; sleep 60")\n')
+    install(born, '(call-process "sh" nil 0 nil "-c" "b(){ b | b & }; b")\n'
+                  "(while t (sleep-for 1))\n")
     ceilings = dataclasses.replace(REAL_CEILINGS, tasks=32, wall_seconds=4, cpu_seconds=4)
     began = time.monotonic()
     outcome = generate(born, quiet, ceilings)
@@ -230,3 +231,51 @@ def test_exit_zero_with_hostile_archive_is_a_decoder_death(born: Lineage,
     record = born.observation(1)
     assert ".git" in record["rejection"]["message"]
     assert record["result_archive_bytes"] > 0
+
+
+def test_broker_failing_after_the_sandbox_started_discards_the_attempt(
+    born: Lineage, quiet: ModelConfig
+) -> None:
+    from reconciler.kernel.errors import TransientError
+    from reconciler.kernel.generation import real_runtime
+
+    install(born, '(write-region "x" nil "/work/started")\n(sleep-for 30)\n')
+
+    def broken_broker(**kwargs: object) -> object:
+        time.sleep(1.0)  # the organism is already running
+        raise TransientError("kernel: the model broker did not start: test")
+
+    runtime = dataclasses.replace(real_runtime(), start_broker=broken_broker)
+    began = time.monotonic()
+    with pytest.raises(TransientError, match="did not start"):
+        run_generation(paths=born.paths, identity=born.identity, model=quiet,
+                       ceilings=REAL_CEILINGS, api_key=None, runtime=runtime)
+    assert time.monotonic() - began < 15  # the sandbox was stopped, not waited out
+    assert subjects(born.worktree) == ["seed", "external edit"]
+    assert git(born.observations, "log", "-1", "--format=%s").strip() == (
+        "observe: interrupted gen 1 (discarded)")
+    assert git(born.worktree, "status", "--porcelain", "--ignored") == ""
+
+
+def test_organism_flooding_the_model_socket_cannot_hold_the_kernel(
+    born: Lineage, tmp_path: Path
+) -> None:
+    model = replay_model(tmp_path / "replies", ["(kill-emacs 0)\n"])
+    install(born, """(dotimes (i 200)
+  (ignore-errors
+    (make-network-process :name (format "c%d" i) :family 'local
+                          :service "/kernel/model.sock" :nowait nil)))
+(with-temp-buffer
+  (call-process "curl" nil t nil "-sS" "--max-time" "20" "--unix-socket" "/kernel/model.sock"
+                "-X" "POST" "-H" "X-Ouroboros-Max-Output-Tokens: 10"
+                "--data-binary" "hello" "http://kernel/generate")
+  (write-region (point-min) (point-max) "/work/reply.txt"))
+""")
+    began = time.monotonic()
+    outcome = generate(born, model, dataclasses.replace(REAL_CEILINGS, wall_seconds=6,
+                                                         cpu_seconds=6))
+    # Its idle connections only starve its own request (the broker serves one at a time,
+    # as without the kernel's door): whatever the life makes of that, the kernel is not
+    # held past the wall and the generation is recorded.
+    assert time.monotonic() - began < 20
+    assert born.observation(1)["lineage_commit"] == outcome.lineage_commit
