@@ -382,6 +382,7 @@ class Service:
 
     def serve(self, headers: dict[str, str], read_body: Any) -> tuple[int, bytes]:
         """One /generate request: (status, body). Every request is audited."""
+        from .ledger import usd_text
         from .providers import run_request
 
         self.index += 1
@@ -442,16 +443,16 @@ class Service:
         def checkpoint(progress: Any, outstanding: Decimal) -> None:
             pending = dict(record, phase="pending", error="interrupted",
                            attempts=list(progress.attempts),
-                           reserved_usd=str(progress.reserved),
-                           accounted_usd=str(progress.accounted + outstanding))
+                           reserved_usd=usd_text(progress.reserved),
+                           accounted_usd=usd_text(progress.accounted + outstanding))
             self.write(pending)
 
         result = run_request(self.provider, prompt=prompt, prompt_bytes=len(raw),
                              max_tokens=tokens, ledger=self.ledger,
                              timeout_seconds=self.model.request_timeout_seconds,
                              checkpoint=checkpoint, offline=self.offline)
-        record.update(attempts=result.attempts, reserved_usd=str(result.reserved),
-                      accounted_usd=str(result.accounted))
+        record.update(attempts=result.attempts, reserved_usd=usd_text(result.reserved),
+                      accounted_usd=usd_text(result.accounted))
         if result.completion is not None:
             text = result.completion.text.encode("utf-8")
             usage = result.completion.usage
@@ -512,8 +513,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
         self.close_connection = True
 
+    def _discard_body(self) -> None:
+        """Read an unwanted body (bounded) so the client gets our answer, not a broken pipe."""
+        length = _positive_int(self.headers.get("content-length"), allow_zero=True)
+        _drain(self.rfile.read, min(length or 0, DRAIN_LIMIT))
+
     def do_POST(self) -> None:
         if self.path != "/generate":
+            self._discard_body()
             self._reply(404, b"not found: POST /generate is the only operation\n")
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
@@ -527,7 +534,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(status, body)
 
     def do_GET(self) -> None:
+        self._discard_body()
         self._reply(405, b"method not allowed: POST /generate\n")
+
+    do_PUT = do_DELETE = do_PATCH = do_GET
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -17,11 +17,16 @@ from decimal import Decimal
 from .config import Price
 
 __all__ = ["PROMPT_FRAMING_TOKENS", "Ledger", "Reservation", "Usage", "estimate_prompt_tokens",
-           "worst_case_usd"]
+           "usd_text", "worst_case_usd"]
 
 # Providers count a few tokens of message framing on top of the text itself.
 PROMPT_FRAMING_TOKENS = 32
 ZERO = Decimal(0)
+
+
+def usd_text(amount: Decimal) -> str:
+    """An amount as records spell it: plain decimal notation, never an exponent."""
+    return format(amount, "f")
 
 
 def estimate_prompt_tokens(prompt_bytes: int) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import tenacity
 
 from .config import ModelConfig
-from .ledger import Ledger, Reservation, Usage
+from .ledger import Ledger, Reservation, Usage, usd_text
 
 __all__ = [
     "DEFAULT_BASE_URLS",
@@ -496,7 +496,7 @@ def _settle(entry: dict[str, Any], ledger: Ledger, reservation: Reservation,
     charged = ledger.settle(reservation, usage=usage, billable=billable)
     result.accounted += charged
     entry.update(usage=usage.as_record() if usage else None,
-                 reserved_usd=str(reservation.amount), accounted_usd=str(charged))
+                 reserved_usd=usd_text(reservation.amount), accounted_usd=usd_text(charged))
 
 
 def _ms(since: float) -> int:

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from reconciler.kernel.config import ModelConfig, Price
-from reconciler.kernel.ledger import PROMPT_FRAMING_TOKENS, Ledger, Usage, worst_case_usd
+from reconciler.kernel.ledger import (
+    PROMPT_FRAMING_TOKENS,
+    Ledger,
+    Usage,
+    usd_text,
+    worst_case_usd,
+)
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, Reply, chat_ok, script
 
@@ -151,3 +157,8 @@ def test_reservations_hold_across_retries(tmp_path: Path) -> None:
     assert status == 402, call
     assert len(call["attempts"]) == 1 and call["attempts"][0]["error"] == "transport_error"
     assert call["accounted_usd"] == str(budget)
+
+
+def test_amounts_are_recorded_without_exponents() -> None:
+    tiny = worst_case_usd(Price(Decimal("0.01"), Decimal("0.01")), 1, 1)
+    assert str(tiny) == "3.4E-7" and usd_text(tiny) == "0.00000034"
