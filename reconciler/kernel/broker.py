@@ -63,6 +63,7 @@ LOG_FILE = "broker.log"
 TOKEN_HEADER = "X-Ouroboros-Max-Output-Tokens"
 START_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
+MIN_REDACTED_KEY = 16
 DRAIN_LIMIT = 16 << 20  # an oversized body is read and dropped up to this much
 KEYED = ("anthropic", "openai")
 HTTP_PROVIDERS = ("anthropic", "openai", "openai-compatible")
@@ -374,7 +375,9 @@ class Service:
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False)
-        if self.api_key:  # paranoia: a provider's error text must never carry the key out
+        # Provider errors are redacted where they arise; this second net is only safe for a
+        # key too long to collide with the record's own text.
+        if self.api_key and len(self.api_key) >= MIN_REDACTED_KEY:
             line = line.replace(self.api_key, "[redacted]")
         self.audit.write(line + "\n")
         self.audit.flush()
@@ -382,7 +385,7 @@ class Service:
 
     def serve(self, headers: dict[str, str], read_body: Any) -> tuple[int, bytes]:
         """One /generate request: (status, body). Every request is audited."""
-        from .ledger import usd_text
+        from .ledger import usd_text, worst_case_usd
         from .providers import run_request
 
         self.index += 1
@@ -460,10 +463,14 @@ class Service:
                           response_sha256=_sha(text),
                           usage=usage.as_record() if usage else None)
             return finish(200, text)
-        if result.budget_refused:
-            available = self.ledger.available
-            return refuse(402, f"the worst case of this request does not fit the "
-                               f"{available} USD left")
+        if result.budget_refused:  # amounts stay in the audit: prices are not the organism's
+            worst = worst_case_usd(self.ledger.price, len(raw), tokens)
+            detail = (f"the worst case of {usd_text(worst)} USD does not fit the "
+                      f"{usd_text(self.ledger.available)} USD left")
+            record.update(http_status=402, error=ERRORS[402], error_detail=detail,
+                          duration_ms=round((time.monotonic() - clock) * 1000))
+            self.write(record)
+            return 402, f"{MESSAGES[402]}\n".encode()
         failure = result.failure
         assert failure is not None
         record["usage"] = failure.usage.as_record() if failure.usage else None

@@ -90,6 +90,16 @@ class ProviderFailure(Exception):
         self.usage = usage
 
 
+    def redacted(self, secret: str | None) -> ProviderFailure:
+        """The same failure with ``secret`` cut out of its text (providers quote keys back)."""
+        if not secret or secret not in self.detail:
+            return self
+        return ProviderFailure(self.reason, self.detail.replace(secret, "[redacted]"),
+                               retryable=self.retryable, billable=self.billable,
+                               http_status=self.http_status, retry_after=self.retry_after,
+                               usage=self.usage)
+
+
 class BudgetRefusal(Exception):
     """The next attempt's worst case does not fit the remaining budget."""
 
@@ -289,10 +299,20 @@ class HttpProvider:
             raise ValueError(f"provider {model.provider} needs a base_url")
         self.url = base.rstrip("/") + self.wire.path
         self.headers = {"content-type": "application/json", **self.wire.headers(api_key)}
+        self.secret = api_key
         self.client = httpx.Client(trust_env=False, follow_redirects=False,
                                    transport=httpx.HTTPTransport(retries=0))
 
     def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
+        try:
+            return self._attempt(prompt, max_tokens, timeout)
+        except ProviderFailure as failure:
+            redacted = failure.redacted(self.secret)
+            if redacted is failure:
+                raise
+            raise redacted from None
+
+    def _attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
         import httpx
 
         body = json.dumps(self.wire.body(self.model, prompt, max_tokens)).encode("utf-8")

@@ -102,7 +102,9 @@ def test_broker_refuses_with_402_what_cannot_fit(tmp_path: Path, budget: int, to
     assert got == status and len(fake.requests) == sent
     (call,) = report.model_calls
     if status == 402:
-        assert body.startswith(b"generation spending budget exhausted")
+        assert body == b"generation spending budget exhausted\n"  # no amounts: no prices
+        assert call["error_detail"] == f"the worst case of {FRAMED + 11} USD does not fit the " \
+            f"{FRAMED + 10} USD left"
         assert call["error"] == "budget_exhausted" and call["attempts"] == []
         assert call["accounted_usd"] == "0"
     else:

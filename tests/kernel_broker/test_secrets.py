@@ -79,3 +79,17 @@ def test_the_key_is_nowhere_but_in_the_request_to_the_provider(
     assert key not in str(report.model_calls[0])
     # the key never leaves the process through argv, even briefly, and is not in the report
     assert key not in repr(report)
+
+
+def test_a_short_key_is_redacted_from_provider_errors_without_mangling_the_audit(
+        tmp_path: Path) -> None:
+    key = "tok"  # a local server's toy key: it occurs in ordinary words ("tokens")
+    reply = Reply(403, {"error": {"message": f"key {key} is not allowed"}})
+    with FakeProvider(lambda seen, number: reply) as fake:
+        model = ModelConfig(provider="openai-compatible", name="local", base_url=fake.url)
+        broker = start_broker(tmp_path, model, api_key=key)
+        assert post(broker.socket_path, "hello")[0] == 502
+        (call,) = broker.stop().model_calls
+    assert "requested_output_tokens" in call and call["requested_output_tokens"] == 100
+    assert "key [redacted] is not allowed" in call["error_detail"]
+    assert "key [redacted] is not allowed" in call["attempts"][0]["detail"]
