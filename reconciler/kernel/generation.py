@@ -9,17 +9,21 @@ else is a death that publishes nothing of the organism's.
                 balance, provider and key, the ceiling scope put in force
     1. uncommitted worktree edits -> commit `external edit` (CAS)     H
     2. intent marker <git_dir>/ouro-generation.json, phase running
-    3. broker started (its own thread) while input.tar and journal.md are written
-    4. the sandbox runs one life under the ceilings
-    5. lineage commit object C (parent H), on no branch; marker phase publishing
+    3. /kernel: manifest, journal.md, input.tar, and model.sock held by the
+       kernel (``_Door``); the broker starts on its own thread
+    4. the sandbox runs one life under the ceilings; the broker comes up beside
+       it and the door relays the organism's requests once it answers
+    5. broker killed, its audit read; lineage commit object C (parent H), on no
+       branch; marker phase publishing with C
     6. observation naming C on the observation branch (CAS from O)
     7. lineage branch H -> C (CAS); worktree and index rewritten to C
     8. marker removed
 
 A crash at any point leaves what ``recovery.recover`` rolls forward or
-discards. Test hook: ``kill_point(name)`` is called at each named point
-(``KILL_POINTS``); the environment variable ``OURO_KERNEL_TEST_KILL_POINT=name``
-makes the process SIGKILL itself there.
+discards; any failure past step 2 is settled by it before it propagates.
+Test hook: ``kill_point(name)`` is called at each named point (``KILL_POINTS``);
+the environment variable ``OURO_KERNEL_TEST_KILL_POINT=name`` makes the process
+SIGKILL itself there (whoever sets the kernel's environment controls it anyway).
 """
 
 from __future__ import annotations
@@ -85,10 +89,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KILL_POINTS",
+    "KILL_POINT_ENV",
     "GenerationCancelled",
     "GenerationOutcome",
     "Runtime",
     "check_extendable",
+    "real_runtime",
     "run_generation",
 ]
 
@@ -105,12 +111,11 @@ KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
 JOURNAL_TAIL_LINES = 5
 OBSERVATION_TAIL_LINES = 20
 OBSERVATION_METADATA_FILE = "metadata.json"
-
-
 _SOCKET_FILE = "model.sock"  # as the broker names it (broker.SOCKET_FILE)
 _MANIFEST_FILE = "capabilities.json"
 _DOOR_BACKLOG = 16
 _DOOR_BUFFER = 1 << 16
+_DOOR_STALL_S = 30.0
 
 
 class _Either(threading.Event):
@@ -256,7 +261,10 @@ def _inspect(paths: LineagePaths, identity: Identity) -> _State:
     _checked_out(lineage, paths.branch, Path(paths.worktree))
     _checked_out(observations, paths.observation_branch, Path(paths.observations))
 
-    committed = _blob_bytes(lineage, head.tree, METADATA_FILE)
+    # The physics a lineage was born under are in its root commit; a later commit (an
+    # external edit) cannot rewrite them.
+    generations, newest, root = recovery.walk_first_parent(head)
+    committed = _blob_bytes(lineage, root.tree, METADATA_FILE)
     metadata = _json_object(committed)
     if metadata is None or metadata.get("schema") != LINEAGE_SCHEMA:
         raise DriftError(
@@ -282,12 +290,15 @@ def _inspect(paths: LineagePaths, identity: Identity) -> _State:
         on_disk: bytes | None = (Path(paths.worktree) / METADATA_FILE).read_bytes()
     except OSError:
         on_disk = None
-    if on_disk != committed:
-        raise DriftError(
-            f"kernel: {Path(paths.worktree) / METADATA_FILE} differs from the committed one; "
-            "it is kernel-owned: restore it (git checkout) before extending the lineage",
-            reason="metadata-edited",
-        )
+    for place, value in (("the branch head", _blob_bytes(lineage, head.tree, METADATA_FILE)),
+                         ("the worktree", on_disk)):
+        if value != committed:
+            raise DriftError(
+                f"kernel: {METADATA_FILE} in {place} of {paths.branch} differs from the one "
+                "the lineage was born with; it is kernel-owned: restore it before extending "
+                "the lineage",
+                reason="metadata-edited",
+            )
 
     observed_meta = _json_object(
         _blob_bytes(observations, obs_head.tree, OBSERVATION_METADATA_FILE)
@@ -308,7 +319,6 @@ def _inspect(paths: LineagePaths, identity: Identity) -> _State:
             reason="observation-disagrees",
         )
 
-    generations, newest = recovery.count_generations(head)
     observed = recovery.count_observations(observations, obs_head)
     present, _ = publish.read_marker(paths)
     if present or observed == generations + 1:
@@ -376,8 +386,9 @@ class _Door:
     organism sees, and the broker its own, elsewhere. Connections wait in the door's
     backlog until the broker is ready, then are relayed byte for byte, one at a time
     (the broker serves one request at a time; every reply closes its connection).
-    Nothing is parsed here. Bounded: a few waiting connections (more are closed at
-    once) and at most ``_DOOR_BUFFER`` bytes buffered in each direction.
+    Nothing is parsed here. Bounded: ``_DOOR_BACKLOG`` waiting connections (more are
+    closed at once), one chunk in flight, and an organism that stops reading its reply
+    is dropped after ``_DOOR_STALL_S``.
     """
 
     def __init__(self, kernel_dir: Path) -> None:
@@ -412,22 +423,23 @@ class _Door:
     def close(self) -> None:
         self.stopped = True
         self._poke()
-        self.thread.join()
+        self.thread.join(_DOOR_STALL_S + 5)
         for fd in (self.wake_r, self.wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
     def _serve(self) -> None:
         waiting: collections.deque[socket.socket] = collections.deque()
-        pair: tuple[socket.socket, socket.socket] | None = None
+        pair: _Pair | None = None
         try:
             while not self.stopped:
                 if pair is None and waiting and (self.upstream or self.refused):
                     pair = self._link(waiting.popleft())
                     continue
-                pair_fds: list[Any] = list(pair) if pair else []
-                readable = [self.listener, self.wake_r, *pair_fds]
-                ready, _, _ = select.select(readable, [], [], 1.0)
+                watched: list[Any] = [self.listener, self.wake_r]
+                if pair is not None:
+                    watched += pair.watched()
+                ready, _, _ = select.select(watched, [], [], 1.0)
                 if self.wake_r in ready:
                     os.read(self.wake_r, 64)
                 if self.listener in ready:
@@ -436,53 +448,68 @@ class _Door:
                         if len(waiting) >= _DOOR_BACKLOG:
                             client.close()
                         else:
+                            client.settimeout(_DOOR_STALL_S)
                             waiting.append(client)
-                if pair is not None and any(s in ready for s in pair) and not self._relay(*pair):
-                    for side in pair:
-                        side.close()
+                if pair is not None and not pair.move(ready):
+                    pair.close()
                     pair = None
         finally:
             for client in waiting:
                 client.close()
-            for side in pair or ():
-                side.close()
+            if pair is not None:
+                pair.close()
             self.listener.close()
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
-    def _link(self, client: socket.socket) -> tuple[socket.socket, socket.socket] | None:
+    def _link(self, client: socket.socket) -> _Pair | None:
         if self.refused or self.upstream is None:
             client.close()
             return None
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.settimeout(5.0)
+            upstream.settimeout(_DOOR_STALL_S)
             upstream.connect(self.upstream)
         except OSError:
             upstream.close()
             client.close()
             return None
-        return client, upstream
+        return _Pair(client, upstream)
 
-    @staticmethod
-    def _relay(client: socket.socket, upstream: socket.socket) -> bool:
-        """Move what is ready; False when the exchange is over (or broken)."""
+
+@dataclass
+class _Pair:
+    """One organism connection and its broker connection."""
+
+    client: socket.socket
+    upstream: socket.socket
+    request_done: bool = False  # the organism closed its sending side
+
+    def watched(self) -> list[socket.socket]:
+        return [self.upstream] if self.request_done else [self.client, self.upstream]
+
+    def move(self, ready: list[Any]) -> bool:
+        """Move what is ready, a chunk each way; False when the exchange is over or broken."""
         try:
-            ready, _, _ = select.select([client, upstream], [], [], 0)
-            if client in ready:
-                data = client.recv(_DOOR_BUFFER)
+            if not self.request_done and self.client in ready:
+                data = self.client.recv(_DOOR_BUFFER)
                 if data:
-                    upstream.sendall(data)
+                    self.upstream.sendall(data)
                 else:
-                    upstream.shutdown(socket.SHUT_WR)  # the request is complete
-            if upstream in ready:
-                data = upstream.recv(_DOOR_BUFFER)
+                    self.request_done = True
+                    self.upstream.shutdown(socket.SHUT_WR)
+            if self.upstream in ready:
+                data = self.upstream.recv(_DOOR_BUFFER)
                 if not data:
                     return False  # the broker closes after every reply
-                client.sendall(data)
+                self.client.sendall(data)
         except OSError:
             return False
         return True
+
+    def close(self) -> None:
+        self.client.close()
+        self.upstream.close()
 
 
 @dataclass
@@ -706,9 +733,10 @@ def run_generation(
     constraints = constraints_manifest(ceilings, model)
     scope = runtime.open_scope(ceilings, _scope_name(paths, n))  # CeilingError: nothing written
     stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+    temp_root = recovery.kernel_temp_root()
     attempt = _Attempt(
-        kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
-        broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX)),
+        kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
+        broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
         private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
         scope=scope,
     )

@@ -50,8 +50,10 @@ __all__ = [
     "discard",
     "interrupted_path",
     "interrupted_subject",
+    "kernel_temp_root",
     "recover",
     "spend",
+    "walk_first_parent",
 ]
 
 INTERRUPTED_DIR = "interrupted"
@@ -88,14 +90,23 @@ class RecoveryReport:
 
 def count_generations(head: pygit2.Commit) -> tuple[int, pygit2.Commit | None]:
     """Generation commits in first-parent history, and the newest of them."""
+    count, newest, _ = walk_first_parent(head)
+    return count, newest
+
+
+def walk_first_parent(
+    head: pygit2.Commit,
+) -> tuple[int, pygit2.Commit | None, pygit2.Commit]:
+    """(generation commits, the newest of them, the root) of first-parent history."""
     count, newest = 0, None
-    commit: pygit2.Commit | None = head
-    while commit is not None:
+    commit = head
+    while True:
         if is_generation_subject(commit.message.split("\n", 1)[0]):
             count += 1
             newest = newest or commit
-        commit = commit.parents[0] if commit.parents else None
-    return count, newest
+        if not commit.parents:
+            return count, newest, commit
+        commit = commit.parents[0]
 
 
 def count_observations(repo: pygit2.Repository, head: pygit2.Commit) -> int:
@@ -135,6 +146,13 @@ def _alive(marker: dict[str, Any]) -> bool:
     return fields[0] != "Z" and (start is None or fields[19] == str(start))
 
 
+def kernel_temp_root() -> Path:
+    """Where an attempt's kernel and broker dirs are made: the temp dir, unless its path is
+    too long for the AF_UNIX socket inside (108 bytes), then /tmp."""
+    root = Path(tempfile.gettempdir()).resolve()
+    return root if len(str(root)) <= 48 else Path("/tmp")
+
+
 def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> None:
     """The attempt's private dir (under the git dir) and kernel dir (a temp dir), if ours."""
     if marker is None:
@@ -151,7 +169,7 @@ def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> Non
             candidate = Path(value).resolve()
             if (
                 candidate.name.startswith(KERNEL_DIR_PREFIX)
-                and candidate.parent == Path(tempfile.gettempdir()).resolve()
+                and candidate.parent == kernel_temp_root().resolve()
             ):
                 shutil.rmtree(candidate, ignore_errors=True)
 

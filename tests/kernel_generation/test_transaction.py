@@ -349,6 +349,24 @@ def test_other_branch_checked_out_is_refused(born: Lineage, run_fake: Run) -> No
     assert caught.value.reason == "branch-mismatch"
 
 
+def test_metadata_rewritten_by_a_later_commit_is_refused(born: Lineage, run_fake: Run,
+                                                         fake: Fake) -> None:
+    path = born.worktree / ".ouroboros-lineage.json"
+    value = json.loads(path.read_text())
+    value["instrument_commit"] = "b" * 40
+    path.write_text(json.dumps(value, indent=2) + "\n")
+    git(born.worktree, "commit", "-qam", "hand commit: adopt another instrument")
+    other = Identity(born.identity.repository, born.identity.ref, "b" * 40,
+                     born.identity.fingerprint)
+    with pytest.raises(DriftError) as caught:
+        run_fake(identity=other)
+    assert caught.value.reason == "instrument-commit-drift"  # the root's physics count
+    with pytest.raises(DriftError) as caught:
+        run_fake()
+    assert caught.value.reason == "metadata-edited"
+    assert fake.seen == []
+
+
 def test_edited_metadata_in_worktree_is_refused(born: Lineage, run_fake: Run) -> None:
     path = born.worktree / ".ouroboros-lineage.json"
     path.write_text(path.read_text().replace('"instrument_ref": "main"', '"instrument_ref": "x"'))
