@@ -144,10 +144,7 @@ class Observed:
 
 
 def _exists(path: Path) -> bool:
-    try:
-        return path.exists() or path.is_symlink()
-    except OSError:
-        return False
+    return os.path.lexists(path)
 
 
 def _open(path: Path, *, bare: bool = False) -> pygit2.Repository | None:
@@ -602,10 +599,11 @@ def _interrupted(
 def _gitlink_target(worktree: Path) -> Path | None:
     """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
     dotgit = worktree / ".git"
-    if dotgit.is_dir():
-        return dotgit
     try:
-        text = dotgit.read_text(encoding="utf-8")
+        with open(dotgit, "rb") as handle:
+            text = handle.read(4096).decode("utf-8")
+    except IsADirectoryError:
+        return dotgit
     except (OSError, UnicodeDecodeError):
         return None
     if not text.startswith("gitdir:"):
@@ -698,14 +696,18 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
     matches the index (files whose stat is racy are hashed). False means "cannot tell
     quickly"; the caller then asks libgit2, which is exact but slow on racy entries
     (it re-reads them on every call and may not refresh the index: we never write)."""
-    index_path = git_dir / "index"
     try:
-        data = index_path.read_bytes()
-        index_stat = index_path.stat()
+        with open(git_dir / "index", "rb") as handle:
+            index_stat = os.fstat(handle.fileno())
+            data = handle.read()
         parsed = _index_entries(data)
-        if parsed is None or (worktree / ".gitattributes").exists():
+        if parsed is None:
             return False
         entries, root_tree = parsed
+        # (an untracked .gitattributes fails the file-set comparison below)
+        if any(entry[0] == ".gitattributes" or entry[0].endswith("/.gitattributes")
+               for entry in entries):
+            return False
         if root_tree is None or root_tree.hex() != str(head.tree_id):
             expected = _tree_entries(repo, head.tree)
             if {path: (mode, sha) for path, _s, _n, mode, _z, sha in entries} != expected:
@@ -714,9 +716,10 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
         if files is None or files != {entry[0] for entry in entries}:
             return False
         index_time = divmod(index_stat.st_mtime_ns, 1_000_000_000)
+        base = str(worktree)
         for path, seconds, nanos, mode, size, sha in entries:
-            target = worktree / path
-            info = target.lstat()
+            target = f"{base}/{path}"
+            info = os.lstat(target)
             if mode == 0o120000:
                 if not stat.S_ISLNK(info.st_mode):
                     return False
@@ -735,7 +738,8 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
                 return False
             if (seconds, nanos) >= index_time or size == 0:  # racy: compare the content
                 if mode != 0o120000:
-                    content = target.read_bytes()
+                    with open(target, "rb") as handle:
+                        content = handle.read()
                 digest = hashlib.sha1(b"blob %d\0" % len(content) + content,
                                       usedforsecurity=False).digest()
                 if digest != sha:

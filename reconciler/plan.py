@@ -337,8 +337,9 @@ def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> 
         if key in last_observation and last_observation[key] != desired:
             found.append(Change(key, last_observation[key], desired))
     observed_constraints = last_observation.get("constraints")
-    if isinstance(observed_constraints, dict):
-        want = _flatten(constraints_manifest(spec.ceilings(), model), "constraints")
+    manifest = constraints_manifest(spec.ceilings(), model)
+    if isinstance(observed_constraints, dict) and observed_constraints != manifest:
+        want = _flatten(manifest, "constraints")
         have = _flatten(observed_constraints, "constraints")
         for key in sorted(set(want) | set(have)):
             if want.get(key) != have.get(key):
