@@ -54,6 +54,7 @@ __all__ = [
     "Broker",
     "BrokerReport",
     "capabilities",
+    "check_config",
 ]
 
 SOCKET_FILE = "model.sock"
@@ -109,8 +110,9 @@ class BrokerReport:
     accounted_usd: Decimal
 
 
-def _check_config(model: ModelConfig, api_key: str | None, generation: int,
-                  replay_cursor: int) -> None:
+def check_config(model: ModelConfig, api_key: str | None, generation: int,
+                 replay_cursor: int) -> None:
+    """``ProviderConfigError`` unless a broker could serve this model (``start`` checks first)."""
     if model.provider not in PROVIDERS:
         raise ProviderConfigError(
             f"kernel: unknown model provider {model.provider!r}; known: {', '.join(PROVIDERS)}")
@@ -136,6 +138,9 @@ def _check_config(model: ModelConfig, api_key: str | None, generation: int,
         raise ProviderConfigError("kernel: model limits must be positive")
     if generation < 1 or replay_cursor < 0:
         raise ProviderConfigError("kernel: generation must be >= 1 and replay_cursor >= 0")
+
+
+_check_config = check_config  # the name kernel.generation imported first
 
 
 def _model_json(model: ModelConfig) -> dict[str, Any]:
@@ -193,7 +198,7 @@ class Broker:
         ``private_dir`` already holds an audit, ``TransientError`` if the process
         fails to come up.
         """
-        _check_config(model, api_key, generation, replay_cursor)
+        check_config(model, api_key, generation, replay_cursor)
         kernel_dir = Path(os.path.abspath(kernel_dir))
         private_dir = Path(os.path.abspath(private_dir))
         if (private_dir / AUDIT_FILE).exists():  # another generation's spend: never mix or lose it

@@ -260,3 +260,14 @@ def test_a_private_dir_with_an_audit_is_never_reused(tmp_path: Path) -> None:
     with pytest.raises(RecoveryError, match="fresh private dir"):
         start_broker(tmp_path, ECHO, generation=2)
     assert (tmp_path / "private" / "audit.jsonl").read_bytes() == before
+
+
+def test_public_names_are_chosen() -> None:
+    from reconciler.kernel import broker, ledger, providers
+
+    assert sorted(broker.__all__) == ["AUDIT_FILE", "Broker", "BrokerReport", "CAPABILITIES_FILE",
+                                      "SOCKET_FILE", "capabilities", "check_config"]
+    assert broker._check_config is broker.check_config  # kernel.generation's first spelling
+    assert sorted(ledger.__all__) == ["Ledger", "PROMPT_FRAMING_TOKENS", "Reservation", "Usage",
+                                      "estimate_prompt_tokens", "usd_text", "worst_case_usd"]
+    assert "classify" in providers.__all__ and "run_request" in providers.__all__
