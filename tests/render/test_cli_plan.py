@@ -214,3 +214,23 @@ def test_cli_as_a_process(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "= x" in result.stdout and "1 in sync" in result.stdout
+
+
+def test_kernel_born_lineage_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lineage born by the kernel's init_lineage plans as extend, and plan leaves it be."""
+    from reconciler.kernel.lineage import init_lineage
+
+    paths = lineage_paths(tmp_path, "born")
+    init_lineage(paths, instrument.current())
+    specs = write_specs(tmp_path / "specs", spec_yaml("born", paths, generations=2))
+    before = _snapshot(paths.worktree, paths.git_dir, paths.observations)
+    code, out, _ = run(monkeypatch, capsys, "plan", specs, "--json")
+    (item,) = json.loads(out)["lineages"]
+    assert (code, item["action"], item["missing_generations"], item["reason"]) == (
+        2, "extend", 2, None)
+    code, out, _ = run(monkeypatch, capsys, "status", specs, "--json")
+    (line,) = json.loads(out)["lineages"]
+    assert (code, line["generations"], line["problems"]) == (0, 0, [])
+    assert _snapshot(paths.worktree, paths.git_dir, paths.observations) == before
