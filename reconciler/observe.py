@@ -820,9 +820,13 @@ def observe(paths: LineagePaths) -> Observed:
             interrupted = _interrupted(paths, lin, obs, generations, problems)
         if worktree_exists and lin.head is not None:
             dirty = _dirty(paths, lin, problems)
-    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+    except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
+            AttributeError, struct.error) as error:
+        # A corrupt object or ref: report it (observe never raises for a damaged lineage).
         problems.add(
-            "not-a-lineage", f"{paths.git_dir}: unreadable: {type(error).__name__}: {error}"
+            "not-a-lineage",
+            f"lineage {paths.name}: its repositories cannot be read "
+            f"({type(error).__name__}: {error}); run `ouro verify` or `git fsck` on them",
         )
     if git_dir_exists or worktree_exists or observations_exist:
         missing = [
@@ -939,8 +943,10 @@ def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
                             f"{paths.observations}: generations/{entry.name}: "
                             f"accounted_usd {amount!r} is not a number"
                         )
-    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
-        problems.append(f"{paths.git_dir}: unreadable: {error}")
+    except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
+            AttributeError) as error:
+        problems.append(f"lineage {paths.name}: its repositories cannot be read "
+                        f"({type(error).__name__}: {error})")
     return StatusReport(
         generations=generations,
         outcomes=outcomes,
