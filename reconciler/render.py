@@ -12,13 +12,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import IO, Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import IO, TYPE_CHECKING, Any
 
 from reconciler.observe import StatusReport
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "FORMAT_VERSION",
@@ -99,13 +99,22 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
 
 
 def _console(stream: IO[str] | None) -> Console:
+    # rich is imported only for human output: --json and --markdown start faster.
+    from rich.console import Console
+
     return Console(file=stream, highlight=False, soft_wrap=True, emoji=False)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def print_plan(plan: Plan, stream: IO[str] | None = None) -> None:
     console = _console(stream)
     for line, style in plan_text(plan):
-        console.print(escape(line), style=style)
+        console.print(_escape(line), style=style)
 
 
 # ---------------------------------------------------------------- JSON
@@ -225,13 +234,13 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         report = line.report
         outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
         deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
-        console.print(escape(f"{line.name}: {report.generations} generations ({outcomes})"),
+        console.print(_escape(f"{line.name}: {report.generations} generations ({outcomes})"),
                       style="bold")
         if deaths:
-            console.print(escape(f"  deaths: {deaths}"))
-        console.print(escape(f"  accounted model spend: ${report.accounted_usd}"))
-        console.print(escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
-        console.print(escape(f"  heads: lineage {report.lineage_head or '—'}, "
+            console.print(_escape(f"  deaths: {deaths}"))
+        console.print(_escape(f"  accounted model spend: ${report.accounted_usd}"))
+        console.print(_escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
+        console.print(_escape(f"  heads: lineage {report.lineage_head or '—'}, "
                              f"observations {report.observation_head or '—'}"))
         for problem in report.problems:
-            console.print(escape(f"  problem: {problem}"), style="red")
+            console.print(_escape(f"  problem: {problem}"), style="red")
