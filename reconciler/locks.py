@@ -59,8 +59,9 @@ def read_holder(git_dir: Path) -> Holder:
         return value if isinstance(value, str) else None
 
     pid = data.get("pid")
-    return Holder(pid if isinstance(pid, int) else None, text("host"), text("started_at"),
-                  text("command"))
+    return Holder(
+        pid if isinstance(pid, int) else None, text("host"), text("started_at"), text("command")
+    )
 
 
 class LineageLock:
@@ -99,8 +100,9 @@ class LineageLock:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": " ".join(os.path.basename(a) if i == 0 else a
-                                for i, a in enumerate(sys.argv)),
+            "command": " ".join(
+                os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)
+            ),
         }
         temporary = holder_path(self.git_dir).with_suffix(".tmp")
         temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
