@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -167,15 +166,17 @@ class Runtime:
     run_sandbox: Callable[..., SandboxResult]
     decode: Callable[..., list[Entry]]
     read_audit: Callable[[Path], list[dict[str, Any]]]
+    reap_scopes: Callable[[str], object]
 
 
 def real_runtime() -> Runtime:
     from .broker import Broker
-    from .ceilings import open_scope
+    from .ceilings import open_scope, reap_stale_scopes
     from .decoder import decode
     from .sandbox import run_sandbox
 
-    return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit)
+    return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit,
+                   reap_stale_scopes)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -571,8 +572,7 @@ class _Attempt:
 
 
 def _scope_name(paths: LineagePaths, generation: int) -> str:
-    base = re.sub(r"[^a-z0-9_.-]", "-", paths.name.lower()).strip("-.") or "lineage"
-    return f"{base[:60]}-gen{generation}-{os.getpid()}"
+    return f"{recovery.scope_prefix(paths)}gen{generation}.{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -726,25 +726,31 @@ def run_generation(
     started_at = _now()
     hook = kill_point or _env_kill_point
     runtime = runtime or real_runtime()
+    if cancel is not None and cancel.is_set():
+        raise GenerationCancelled(f"kernel: {paths.branch}: cancelled before it started")
     state = _inspect(paths, identity)
     n = state.generation
     cursor = _replay_cursor(state.observations, state.obs_head, n - 1)
     _check_provider(model, api_key, n, cursor)
     constraints = constraints_manifest(ceilings, model)
-    scope = runtime.open_scope(ceilings, _scope_name(paths, n))  # CeilingError: nothing written
-    stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
-    temp_root = recovery.kernel_temp_root()
-    attempt = _Attempt(
-        kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
-        broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
-        private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
-        scope=scope,
-    )
+    with contextlib.suppress(Exception):  # empty cgroups of this lineage's killed attempts
+        runtime.reap_scopes(recovery.scope_prefix(paths))
+    scope_name = _scope_name(paths, n)
+    scope = runtime.open_scope(ceilings, scope_name)  # CeilingError: nothing written
+    attempt: _Attempt | None = None
     try:
         edited = _commit_external_edits(state.lineage, paths, state.head)
         head = edited or state.head
         if edited is not None:
             hook("after-external-edit")
+        stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+        temp_root = recovery.kernel_temp_root()
+        attempt = _Attempt(
+            kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
+            broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
+            private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
+            scope=scope,
+        )
         marker: dict[str, Any] = {
             "schema": publish.MARKER_SCHEMA,
             "generation": n,
@@ -754,16 +760,20 @@ def run_generation(
             "private_dir": str(attempt.private_dir),
             "kernel_dir": str(attempt.kernel_dir),
             "broker_dir": str(attempt.broker_dir),
+            "scope": scope_name,
             "pid": os.getpid(),
             "pid_start": _process_start(os.getpid()),
             "started_at": started_at,
             "attempt": stamp,
         }
         publish.write_marker(paths, marker)
-    except BaseException:
-        attempt.stop()  # no marker: nothing ran, nothing to recover
-        shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
-        shutil.rmtree(attempt.broker_dir, ignore_errors=True)
+    except BaseException:  # no marker: nothing ran, nothing to recover
+        if attempt is None:
+            scope.close()
+        else:
+            attempt.stop()
+            shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
+            shutil.rmtree(attempt.broker_dir, ignore_errors=True)
         raise
     try:
         # From here on a crash is recovered through the marker. The organism's door to

@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -52,6 +54,7 @@ __all__ = [
     "interrupted_subject",
     "kernel_temp_root",
     "recover",
+    "scope_prefix",
     "spend",
     "walk_first_parent",
 ]
@@ -151,6 +154,33 @@ def kernel_temp_root() -> Path:
     too long for the AF_UNIX socket inside (108 bytes), then /tmp."""
     root = Path(tempfile.gettempdir()).resolve()
     return root if len(str(root)) <= 48 else Path("/tmp")
+
+
+def scope_prefix(paths: LineagePaths) -> str:
+    """``<name>.`` begins the cgroup scope names of a lineage's generations; lineage names
+    have no dot, so no lineage's prefix is another's."""
+    base = re.sub(r"[^a-z0-9-]", "-", paths.name.lower()).strip("-")[:60] or "lineage"
+    return f"{base}."
+
+
+def _reap_scopes(paths: LineagePaths, patience: float = 3.0) -> None:
+    """Remove the cgroups left by killed attempts of this lineage (the caller holds its
+    lock). A sandbox dies with its kernel, but not in the same instant: its groups
+    empty within moments, so this waits for that, a little."""
+    from .ceilings import PARENT, discover_mounts, reap_stale_scopes
+
+    prefix = scope_prefix(paths)
+    deadline = time.monotonic() + patience
+    with contextlib.suppress(Exception):
+        mounts = discover_mounts()
+        parents = [m / PARENT for m in dict.fromkeys(mounts.v1.values())]
+        parents += [mounts.v2 / PARENT] if mounts.v2 is not None else []
+        while True:
+            reap_stale_scopes(prefix, mounts=mounts)
+            left = [p for parent in parents if parent.is_dir() for p in parent.glob(prefix + "*")]
+            if not left or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
 
 def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> None:
@@ -278,6 +308,7 @@ def _recover(paths: LineagePaths) -> RecoveryReport:
             f"kernel: generation {marker.get('generation')} of {paths.branch} is still running "
             f"(pid {marker.get('pid')}); let it finish or stop it first"
         )
+    _reap_scopes(paths)
     head = publish.branch_head(lineage, paths.branch)
     obs_head = publish.branch_head(observations, paths.observation_branch)
     if head is None or obs_head is None:

@@ -185,7 +185,11 @@ class Fake:
         def read_audit(private_dir: Path) -> list[dict[str, Any]]:
             return list(self.calls)
 
-        return Runtime(open_scope, start_broker, run_sandbox, decode, read_audit)
+        def reap_scopes(prefix: str) -> list[str]:
+            self.seen.append({"reap": prefix})
+            return []
+
+        return Runtime(open_scope, start_broker, run_sandbox, decode, read_audit, reap_scopes)
 
 
 ECHO = ModelConfig(provider="echo", name="echo")

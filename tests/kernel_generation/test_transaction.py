@@ -409,7 +409,7 @@ def test_scope_failure_is_preflight_not_a_death(born: Lineage, fake: Fake, run_f
         run_fake(runtime=dataclasses.replace(runtime, open_scope=refuse))
     assert state(born) == before
     assert subjects(born.worktree) == ["seed"]
-    assert fake.seen == []
+    assert [list(seen) for seen in fake.seen] == [["reap"]]  # nothing started
 
 
 def test_marker_left_behind_requires_recovery(born: Lineage, run_fake: Run) -> None:
