@@ -123,6 +123,39 @@ def test_five_scripted_generations(born: Lineage, tmp_path: Path) -> None:
     # the responses the organisms got were the scripted ones, in order (cursor right)
     responses = [c["response"] for n in range(1, 6) for c in born.observation(n)["model_calls"]]
     assert responses == [one, lethal, one, five]
+    # ouro's own readers agree: the full-history audit and the observer
+    from reconciler.audit import audit_lineage
+    from reconciler.observe import observe
+
+    audit = audit_lineage(born.paths)
+    assert (audit.status, audit.generations, audit.observations, audit.findings) == (
+        "consistent", 5, 5, ())
+    observed = observe(born.paths)
+    assert (observed.generations, observed.observed_generations, observed.problems,
+            observed.interrupted, observed.dirty) == (5, 5, (), None, False)
+
+
+def test_a_ceiling_that_cannot_be_enforced_is_a_preflight_error(
+    born: Lineage, quiet: ModelConfig
+) -> None:
+    from reconciler.kernel.ceilings import open_scope
+    from reconciler.kernel.errors import CeilingError
+
+    unavailable = None
+    for backend in ("systemd", "cgroup2"):
+        try:
+            open_scope(Ceilings(enforcement=backend), f"probe.{backend}").close()
+        except CeilingError:
+            unavailable = backend
+            break
+    if unavailable is None:
+        pytest.skip("every backend works on this host")
+    (born.worktree / "edit.txt").write_text("uncommitted\n")
+    with pytest.raises(CeilingError, match="resource scope"):
+        generate(born, quiet, dataclasses.replace(REAL_CEILINGS, enforcement=unavailable))
+    assert subjects(born.worktree) == ["seed"]
+    assert git(born.observations, "log", "--format=%s").splitlines() == [
+        "observe: initialize lineage-test"]
 
 
 def install(born: Lineage, body: str) -> None:
