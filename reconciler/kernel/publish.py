@@ -176,7 +176,8 @@ def _check_path(path: str) -> list[str]:
     if (
         not path
         or path.startswith("/")
-        or any(p in ("", ".", "..") or p.casefold() == ".git" or "\0" in p for p in parts)
+        or any(p in ("", ".", "..") or p.rstrip(". ").casefold() == ".git" or "\0" in p
+               for p in parts)
     ):
         raise DecoderRejection(f"kernel: refusing to publish path {path!r}", path=path)
     return parts
@@ -261,14 +262,25 @@ def _walk_worktree(top: Path) -> Iterator[FileEntry]:
                 elif stat.S_ISDIR(mode):
                     stack.append((item.path, rel + "/"))
                 elif stat.S_ISREG(mode):
-                    with open(item.path, "rb") as handle:
-                        data = handle.read()
-                    yield FileEntry(rel, "file", data, bool(mode & stat.S_IXUSR))
+                    executable = bool(mode & stat.S_IXUSR)
+                    yield FileEntry(rel, "file", _read_regular(item.path), executable)
                 else:
                     raise PreflightError(
                         f"kernel: {rel} in the worktree is neither a file, a directory nor a "
                         "symlink: remove it"
                     )
+
+
+def _read_regular(path: bytes) -> bytes:
+    """A regular file's bytes; one swapped for a FIFO or symlink meanwhile is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PreflightError(f"kernel: {path!r} changed type while being read")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
 
 
 def worktree_tree(repo: pygit2.Repository, worktree: Path) -> pygit2.Oid:

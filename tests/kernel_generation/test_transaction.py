@@ -495,3 +495,41 @@ def test_too_many_files_is_a_decoder_death(born: Lineage, fake: Fake, run_fake: 
     outcome = run_fake(ceilings=Ceilings(worktree_files=2))
     assert (outcome.status, outcome.outcome) == ("died", "decoder_rejection")
     assert not (born.worktree / "a.txt").exists()
+
+
+def test_a_fifo_in_the_worktree_is_refused_before_anything(born: Lineage, fake: Fake,
+                                                          run_fake: Run) -> None:
+    import os
+
+    os.mkfifo(born.worktree / "pipe")
+    before = state(born)
+    with pytest.raises(PreflightError, match="pipe"):
+        run_fake()
+    assert state(born)[:2] == before[:2]
+    assert not publish.marker_path(born.paths).exists()
+    assert [list(seen) for seen in fake.seen] == [["reap"]]
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        pytest.param([("../x", "file")], id="dot-dot"),
+        pytest.param([("/etc/x", "file")], id="absolute"),
+        pytest.param([("a/.git/config", "file")], id="nested-git"),
+        pytest.param([(".GIT. /x", "file")], id="git-variant"),
+        pytest.param([("journal.md", "file")], id="kernel-owned-journal"),
+        pytest.param([(".ouroboros-lineage.json", "file")], id="kernel-owned-metadata"),
+        pytest.param([("a", "symlink"), ("a/b", "file")], id="through-a-symlink"),
+        pytest.param([("a", "file"), ("a", "file")], id="duplicate"),
+        pytest.param([("a//b", "file")], id="empty-component"),
+    ],
+)
+def test_publication_refuses_what_the_decoder_should_have(
+    born: Lineage, entries: list[tuple[str, str]]
+) -> None:
+    from reconciler.kernel.errors import DecoderRejection
+
+    repo = publish.open_lineage(born.paths)
+    files = [publish.FileEntry(path, kind, b"x") for path, kind in entries]  # type: ignore[arg-type]
+    with pytest.raises(DecoderRejection):
+        publish.build_tree(repo, files)
