@@ -440,7 +440,7 @@ class _Door:
                 watched: list[Any] = [self.listener, self.wake_r]
                 if pair is not None:
                     watched += pair.watched()
-                ready, _, _ = select.select(watched, [], [], 1.0)
+                ready = _readable(watched, 1.0)
                 if self.wake_r in ready:
                     os.read(self.wake_r, 64)
                 if self.listener in ready:
@@ -476,6 +476,17 @@ class _Door:
             client.close()
             return None
         return _Pair(client, upstream)
+
+
+def _readable(watched: list[Any], timeout: float) -> list[Any]:
+    """poll(2), not select(2): a busy kernel process may hold descriptors above 1024."""
+    poller = select.poll()
+    by_fd = {}
+    for item in watched:
+        fd = item if isinstance(item, int) else item.fileno()
+        poller.register(fd, select.POLLIN)
+        by_fd[fd] = item
+    return [by_fd[fd] for fd, _ in poller.poll(int(timeout * 1000))]
 
 
 @dataclass
