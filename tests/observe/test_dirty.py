@@ -84,6 +84,10 @@ def _git_refreshed_index(b: LineageBuilder) -> None:
                    check=True, capture_output=True)
 
 
+def _tracked_gitattributes(b: LineageBuilder) -> None:
+    b._commit({".gitattributes": b"*.el text\n"}, "external edit")
+
+
 CASES: list[tuple[str, Callable[[LineageBuilder], None], bool]] = [
     ("clean", lambda b: None, False),
     ("clean-after-git-status", _git_refreshed_index, False),
@@ -94,6 +98,7 @@ CASES: list[tuple[str, Callable[[LineageBuilder], None], bool]] = [
     ("deleted", _deleted, True),
     ("staged-not-committed", _staged_only, True),
     ("ignored-file-only", _ignored_file, False),
+    ("tracked-gitattributes", _tracked_gitattributes, False),
     ("mode-change", _chmod_exec, True),
     ("new-symlink", _symlink, True),
 ]
