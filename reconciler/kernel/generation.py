@@ -777,7 +777,7 @@ def run_generation(
             "started_at": started_at,
             "attempt": stamp,
         }
-        publish.write_marker(paths, marker)
+        publish.create_marker(paths, marker)
     except BaseException:  # no marker: nothing ran, nothing to recover
         if attempt is None:
             scope.close()

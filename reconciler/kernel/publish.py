@@ -53,6 +53,7 @@ __all__ = [
     "checkout_worktree",
     "commit_observation_files",
     "create_commit",
+    "create_marker",
     "death_tree",
     "input_archive",
     "marker_path",
@@ -553,7 +554,31 @@ def marker_path(paths: LineagePaths) -> Path:
     return Path(paths.git_dir) / MARKER_FILE
 
 
+def create_marker(paths: LineagePaths, marker: dict[str, Any]) -> None:
+    """Write the intent marker only if there is none: one generation per lineage at a time,
+    even without the reconciler's lock (link(2) does not replace an existing name)."""
+    path = marker_path(paths)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((json.dumps(marker, indent=2) + "\n").encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError as exc:
+            raise ConcurrentChangeError(
+                f"kernel: {path} appeared meanwhile: another generation of this lineage is "
+                "running; nothing of this one ran"
+            ) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    _fsync_dir(path.parent)
+
+
 def write_marker(paths: LineagePaths, marker: dict[str, Any]) -> None:
+    """Replace the (own) intent marker atomically."""
     atomic_write(marker_path(paths), (json.dumps(marker, indent=2) + "\n").encode("utf-8"))
 
 

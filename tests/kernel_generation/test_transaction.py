@@ -533,3 +533,25 @@ def test_publication_refuses_what_the_decoder_should_have(
     files = [publish.FileEntry(path, kind, b"x") for path, kind in entries]  # type: ignore[arg-type]
     with pytest.raises(DecoderRejection):
         publish.build_tree(repo, files)
+
+
+def test_a_generation_racing_another_for_the_marker_runs_nothing(
+    born: Lineage, fake: Fake, run_fake: Run
+) -> None:
+    from reconciler.kernel import generation
+
+    real_create = publish.create_marker
+
+    def racing(paths: Any, marker: dict[str, Any]) -> None:
+        real_create(paths, {"schema": publish.MARKER_SCHEMA, "generation": 1, "pid": 1})
+        real_create(paths, marker)  # ours comes second
+
+    generation.publish.create_marker = racing  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(ConcurrentChangeError, match="another generation"):
+            run_fake()
+    finally:
+        generation.publish.create_marker = real_create  # type: ignore[attr-defined]
+    assert json.loads(publish.marker_path(born.paths).read_text())["pid"] == 1  # theirs, intact
+    assert [list(seen) for seen in fake.seen] == [["reap"]]
+    assert subjects(born.worktree) == ["seed"]
