@@ -15,6 +15,12 @@ therefore never be overwritten.
 Trees are built from explicit entries (never from the index or .gitignore
 rules), so every file is "force-added": nothing the organism or a human
 writes can be hidden from the history.
+
+Durability, deliberately bounded: the intent marker is fsynced (file and
+directory); git objects and refs are written with libgit2's defaults (no
+fsync). The transaction is safe against the kernel process dying at any
+instant (SIGKILL, OOM, a crash); a machine losing power mid-write is left to
+the filesystem, as it is for git itself with its defaults.
 """
 
 from __future__ import annotations
