@@ -744,24 +744,31 @@ def run_generation(
     cursor = _replay_cursor(state.observations, state.obs_head, n - 1)
     _check_provider(model, api_key, n, cursor)
     constraints = constraints_manifest(ceilings, model)
-    with contextlib.suppress(Exception):  # empty cgroups of this lineage's killed attempts
-        runtime.reap_scopes(recovery.scope_prefix(paths))
-    scope_name = _scope_name(paths, n)
-    scope = runtime.open_scope(ceilings, scope_name)  # CeilingError: nothing written
-    attempt: _Attempt | None = None
+    recovery.sweep_orphans(paths, None, min_age=recovery.ORPHAN_AGE_S)
+    # The broker (a fresh Python process, the slowest part to start) starts first, on its
+    # own thread, beside everything below. It is safe before the marker: nothing can ask
+    # it anything until the sandbox runs, which is after the marker exists.
+    stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
+    temp_prefix = recovery.KERNEL_DIR_PREFIX + recovery.scope_prefix(paths)
+    temp_root = recovery.kernel_temp_root()
+    attempt = _Attempt(
+        kernel_dir=Path(tempfile.mkdtemp(prefix=temp_prefix, dir=temp_root)),
+        broker_dir=Path(tempfile.mkdtemp(prefix=temp_prefix, dir=temp_root)),
+        private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
+    )
     try:
+        _write_manifest(attempt.kernel_dir, constraints)
+        attempt.door = _Door(attempt.kernel_dir)  # answers once the broker is up
+        attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
+                             generation=n, replay_cursor=cursor)
+        with contextlib.suppress(Exception):  # empty cgroups of this lineage's killed attempts
+            runtime.reap_scopes(recovery.scope_prefix(paths))
+        scope_name = _scope_name(paths, n)
+        attempt.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
         edited = _commit_external_edits(state.lineage, paths, state.head)
         head = edited or state.head
         if edited is not None:
             hook("after-external-edit")
-        stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
-        temp_root = recovery.kernel_temp_root()
-        attempt = _Attempt(
-            kernel_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
-            broker_dir=Path(tempfile.mkdtemp(prefix=recovery.KERNEL_DIR_PREFIX, dir=temp_root)),
-            private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
-            scope=scope,
-        )
         marker: dict[str, Any] = {
             "schema": publish.MARKER_SCHEMA,
             "generation": n,
@@ -778,22 +785,13 @@ def run_generation(
             "attempt": stamp,
         }
         publish.create_marker(paths, marker)
-    except BaseException:  # no marker: nothing ran, nothing to recover
-        if attempt is None:
-            scope.close()
-        else:
-            attempt.stop()
-            shutil.rmtree(attempt.kernel_dir, ignore_errors=True)
-            shutil.rmtree(attempt.broker_dir, ignore_errors=True)
+    except BaseException:  # no marker: nothing ran, no model was asked; undo and go
+        attempt.stop()
+        for leftover in (attempt.kernel_dir, attempt.broker_dir, attempt.private_dir):
+            shutil.rmtree(leftover, ignore_errors=True)
         raise
     try:
-        # From here on a crash is recovered through the marker. The organism's door to
-        # the model is open (answering once the broker is up, which it does on its own
-        # thread while the archive is built and the sandbox starts).
-        _write_manifest(attempt.kernel_dir, constraints)
-        attempt.door = _Door(attempt.kernel_dir)
-        attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
-                             generation=n, replay_cursor=cursor)
+        # From here on a crash is recovered through the marker.
         return _run(paths, state, head, edited, n, cursor, marker, attempt, model, ceilings,
                     constraints, provenance, cancel, hook, runtime, started_at, clock)
     except BaseException as exc:

@@ -46,6 +46,7 @@ __all__ = [
     "INTERRUPTED_DIR",
     "INTERRUPTED_SCHEMA",
     "KERNEL_DIR_PREFIX",
+    "ORPHAN_AGE_S",
     "RecoveryReport",
     "count_generations",
     "count_observations",
@@ -56,6 +57,7 @@ __all__ = [
     "recover",
     "scope_prefix",
     "spend",
+    "sweep_orphans",
     "walk_first_parent",
 ]
 
@@ -181,6 +183,36 @@ def _reap_scopes(paths: LineagePaths, patience: float = 3.0) -> None:
             if not left or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
+
+
+ORPHAN_AGE_S = 600.0
+
+
+def sweep_orphans(paths: LineagePaths, marker: dict[str, Any] | None, *, min_age: float) -> None:
+    """Remove what attempts of this lineage killed before writing their marker left: broker
+    private dirs under the git dir and kernel/broker dirs in the temp root, except those
+    ``marker`` names and those younger than ``min_age`` seconds (an attempt of another
+    process may be just starting; with the lineage's lock held, 0 is safe)."""
+    keep = {
+        str(Path(value).resolve())
+        for key in ("private_dir", "kernel_dir", "broker_dir")
+        if marker is not None and isinstance(value := marker.get(key), str)
+    }
+    candidates: list[Path] = []
+    private_root = Path(paths.git_dir) / publish.PRIVATE_DIR
+    with contextlib.suppress(OSError):
+        candidates += [p for p in private_root.iterdir() if p.is_dir()]
+    with contextlib.suppress(OSError):
+        prefix = KERNEL_DIR_PREFIX + scope_prefix(paths)
+        candidates += [p for p in kernel_temp_root().glob(prefix + "*") if p.is_dir()]
+    now = time.time()
+    for candidate in candidates:
+        try:
+            if str(candidate.resolve()) in keep or now - candidate.stat().st_mtime < min_age:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(candidate, ignore_errors=True)
 
 
 def _remove_leftovers(paths: LineagePaths, marker: dict[str, Any] | None) -> None:
@@ -309,6 +341,8 @@ def _recover(paths: LineagePaths) -> RecoveryReport:
             f"(pid {marker.get('pid')}); let it finish or stop it first"
         )
     _reap_scopes(paths)
+    sweep_orphans(paths, marker, min_age=0 if marker is not None or not present
+                  else ORPHAN_AGE_S)
     head = publish.branch_head(lineage, paths.branch)
     obs_head = publish.branch_head(observations, paths.observation_branch)
     if head is None or obs_head is None:

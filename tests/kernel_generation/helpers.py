@@ -150,6 +150,11 @@ class Fake:
     seen: list[dict[str, Any]] = field(default_factory=list)
     scopes: list[FakeScope] = field(default_factory=list)
 
+    def nothing_ran(self) -> bool:
+        """No sandbox ran; a broker, if one was started, was killed again."""
+        brokers = [seen["object"] for seen in self.seen if "broker" in seen]
+        return not any("input" in seen for seen in self.seen) and all(b.killed for b in brokers)
+
     def runtime(self) -> Runtime:
         def open_scope(ceilings: Ceilings, name: str) -> FakeScope:
             scope = FakeScope()
@@ -157,8 +162,9 @@ class Fake:
             return scope
 
         def start_broker(**kwargs: Any) -> FakeBroker:
-            self.seen.append({"broker": kwargs})
-            return FakeBroker(list(self.calls))
+            broker = FakeBroker(list(self.calls))
+            self.seen.append({"broker": kwargs, "object": broker})
+            return broker
 
         def run_sandbox(**kwargs: Any) -> SandboxResult:
             kernel_dir: Path = kwargs["kernel_dir"]
