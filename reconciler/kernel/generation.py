@@ -4,15 +4,16 @@ Trusted harness; never mounted into a generation. The only judgement made here
 is the exit status: 0 and a result the decoder accepts publishes, anything
 else is a death that publishes nothing of the organism's.
 
-    preflight   (reads only; PreflightError subclasses, nothing written)
-                identity vs lineage metadata, observation metadata, branches,
-                balance, provider and key, the ceiling scope put in force
+    preflight   (reads only; PreflightError subclasses, nothing kept)
+                identity vs the root commit's metadata, observation metadata,
+                branches, balance, provider and key; then /kernel's manifest and
+                model.sock (held by the kernel, ``_Door``), the broker starting on
+                its own thread, the ceiling scope put in force
     1. uncommitted worktree edits -> commit `external edit` (CAS)     H
-    2. intent marker <git_dir>/ouro-generation.json, phase running
-    3. /kernel: manifest, journal.md, input.tar, and model.sock held by the
-       kernel (``_Door``); the broker starts on its own thread
-    4. the sandbox runs one life under the ceilings; the broker comes up beside
-       it and the door relays the organism's requests once it answers
+    2. intent marker <git_dir>/ouro-generation.json, phase running (exclusive)
+    3. journal.md and input.tar into /kernel
+    4. the sandbox runs one life under the ceilings; the door relays the
+       organism's requests to the broker once that is up
     5. broker killed, its audit read; lineage commit object C (parent H), on no
        branch; marker phase publishing with C
     6. observation naming C on the observation branch (CAS from O)
