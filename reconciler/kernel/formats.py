@@ -24,7 +24,10 @@ _HEADING = re.compile(
     rf"\A## gen (?P<n>[1-9][0-9]*) {DASH} (?P<status>changed|no-change|died)"
     rf"(?: {DASH} (?P<detail>.*?))? {DASH} (?P<at>[0-9T:+\-.Z]+)\Z"
 )
-_OLD_HEADING_DETAIL = re.compile(r"\A## gen (?P<n>[1-9][0-9]*) — changed (?P<detail>\+\d+/-\d+) — (?P<at>\S+)\Z")
+# The older instrument's heading: "## gen 2 — changed +197/-43 — <timestamp>".
+_OLD_HEADING_DETAIL = re.compile(
+    rf"\A## gen (?P<n>[1-9][0-9]*) {DASH} changed (?P<detail>\+\d+/-\d+) {DASH} (?P<at>\S+)\Z"
+)
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,16 @@ def journal_entry(
     text = f"\n## gen {n} {DASH} " + f" {DASH} ".join(parts) + "\n"
     if status == "died":
         tail = (stderr_lines or [])[-5:]
-        text += f"exit {exit_status}\n~~~\n" + "".join(line + "\n" for line in tail) + "~~~\n"
+        fence = _fence_for(tail)
+        text += f"exit {exit_status}\n{fence}\n" + "".join(line + "\n" for line in tail)
+        text += f"{fence}\n"
     return text
+
+
+def _fence_for(lines: list[str]) -> str:
+    """``~~~``, or longer than any tilde run opening a line, so stderr cannot close it."""
+    longest = max((len(line) - len(line.lstrip("~")) for line in lines), default=0)
+    return "~" * max(3, longest + 1)
 
 
 def append_entry(journal: str, entry: str) -> str:
@@ -145,7 +156,15 @@ class JournalHeading:
 def parse_journal(text: str) -> list[JournalHeading]:
     """Every ``## gen N — status — ...`` heading of a journal, in file order."""
     headings: list[JournalHeading] = []
+    fence: str | None = None  # inside a death's stderr block: nothing there is a heading
     for index, line in enumerate(text.split("\n"), start=1):
+        if fence is not None:
+            if line.startswith(fence) and not line.strip("~"):
+                fence = None
+            continue
+        if line.startswith("~~~") and not line.strip("~"):
+            fence = line
+            continue
         if not line.startswith("## gen "):
             continue
         match = _HEADING.match(line)
@@ -166,11 +185,9 @@ def parse_journal(text: str) -> list[JournalHeading]:
 
 
 def last_heading_line(text: str) -> str | None:
-    """The last ``## gen`` line of a journal, verbatim."""
-    for line in reversed(text.split("\n")):
-        if line.startswith("## gen "):
-            return line
-    return None
+    """The last ``## gen`` heading line of a journal, verbatim (never one quoted from stderr)."""
+    headings = parse_journal(text)
+    return text.split("\n")[headings[-1].line - 1] if headings else None
 
 
 # ---------------------------------------------------------------- observations
