@@ -55,8 +55,8 @@ def plan_command(
         sys.stdout.write(plan_markdown(plan))
     else:
         print_plan(plan)
-    # SystemExit, not typer.Exit: the app runs with standalone_mode=False, which turns
-    # typer.Exit into a return value that main() does not pass on.
+    # SystemExit: the code reaches the shell however the app is invoked (main(),
+    # CliRunner, or a caller using standalone_mode=False, which returns typer.Exit codes).
     raise SystemExit(plan.exit_code)
 
 
