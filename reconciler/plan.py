@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from reconciler.kernel.config import (
+    FREE,
     Ceilings,
     Identity,
     LineagePaths,
@@ -351,6 +352,9 @@ def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> 
 
 
 def _spend(missing: int, model: ModelConfig) -> Decimal:
+    """Worst case: every missing generation spends its whole budget; free models spend nothing."""
+    if model.price == FREE:
+        return Decimal(0)
     return Decimal(missing) * model.budget_usd
 
 

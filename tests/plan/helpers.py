@@ -7,8 +7,8 @@ from pathlib import Path
 from reconciler.kernel.config import LineagePaths
 
 
-def spec_yaml(name: str, paths: LineagePaths, *, generations: int, provider: str = "echo",
-              model: str = "echo", budget: str = "1.00", pin: str | None = None,
+def spec_yaml(name: str, paths: LineagePaths, *, generations: int, provider: str = "openai",
+              model: str = "gpt-5.6", budget: str = "1.00", pin: str | None = None,
               extra_model: str = "") -> str:
     text = f"""apiVersion: ouro/v1
 kind: Lineage

@@ -19,11 +19,13 @@ from reconciler.kernel.config import (
     Identity,
     LineagePaths,
     ModelConfig,
+    Price,
     constraints_manifest,
 )
 from reconciler.observe import Interrupted, Observed, ReadProblem
 from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
 
+PAID = Price(Decimal("5.00"), Decimal("30.00"))
 ME = Identity("https://example.invalid/ouro.git", "main", "a" * 40, "b" * 64)
 OTHER_COMMIT = "c" * 40
 PATHS = LineagePaths(Path("/l/x"), Path("/l/x.git"), Path("/l/x.observations"),
@@ -42,7 +44,9 @@ class FakeSpec:
     sha256: str = "e" * 64
     instrument_pin: str | None = None
     model_config: ModelConfig = field(
-        default_factory=lambda: ModelConfig("echo", "echo", budget_usd=Decimal("0.50")))
+        # priced, so that the worst case is the budget (the plan reads price, not provider)
+        default_factory=lambda: ModelConfig("echo", "echo", price=PAID,
+                                            budget_usd=Decimal("0.50")))
     ceilings_config: Ceilings = field(default_factory=Ceilings)
 
     def paths(self) -> LineagePaths:
@@ -231,12 +235,19 @@ def test_exit_codes(rows: list[tuple[FakeSpec, dict[str, Any]]], exit_code: int)
 
 
 def test_worst_case_spend_is_decimal_and_summed() -> None:
-    cheap = FakeSpec(model_config=ModelConfig("echo", "echo", budget_usd=Decimal("0.10")))
-    dear = FakeSpec(name="y", model_config=ModelConfig("openai", "gpt", budget_usd=Decimal("1.25")))
-    plan = make_plan([(cheap, observed()), (dear, observed(**NOTHING))], ME)
+    cheap = FakeSpec(model_config=ModelConfig("openai", "gpt", price=PAID,
+                                              budget_usd=Decimal("0.10")))
+    dear = FakeSpec(name="y", model_config=ModelConfig("openai", "gpt", price=PAID,
+                                                       budget_usd=Decimal("1.25")))
+    free = FakeSpec(name="z", model_config=ModelConfig("echo", "echo",
+                                                       budget_usd=Decimal("1.00")))
+    plan = make_plan([(cheap, observed()), (dear, observed(**NOTHING)),
+                      (free, observed(**NOTHING))], ME)
     assert plan.max_spend_usd == Decimal("0.20") + Decimal("6.25")
+    assert plan.lineages[2].missing_generations == 5
+    assert plan.lineages[2].max_spend_usd == 0  # offline providers cost nothing
     assert isinstance(plan.max_spend_usd, Decimal)
-    assert plan.counts["extend"] == 1 and plan.counts["create"] == 1
+    assert plan.counts["extend"] == 1 and plan.counts["create"] == 2
 
 
 def test_loaded_spec_generations_are_read_from_the_document() -> None:
