@@ -30,7 +30,7 @@ class BirthError(PreflightError):
 
 
 class DriftError(PreflightError):
-    """A lineage is only extended by the exact instrument (commit and fingerprint) it was born under."""
+    """A lineage is only extended by the instrument (commit, fingerprint) it was born under."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
@@ -46,11 +46,11 @@ class ProviderConfigError(PreflightError):
 
 
 class ConcurrentChangeError(KernelError):
-    """Every ref update is a compare-and-swap: a change made behind our back is never overwritten."""
+    """Every ref update is a compare-and-swap: a change behind our back is never overwritten."""
 
 
 class DecoderRejection(KernelError):
-    """Only directories, regular files and symlinks inside the tree, within the ceilings, publish."""
+    """Only directories, regular files and symlinks inside the tree, within ceilings, publish."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
