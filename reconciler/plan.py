@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from reconciler.kernel.config import (
     FREE,
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse"]
-ACTIONS: tuple[Action, ...] = ("create", "extend", "in-sync", "ahead", "recover", "refuse")
+ACTIONS: tuple[Action, ...] = get_args(Action)
 Reason = Literal[
     "spec-pin-mismatch",
     "not-a-lineage",
@@ -54,17 +54,7 @@ Reason = Literal[
     "observation-disagrees",
     "unbalanced",
 ]
-REASONS: tuple[Reason, ...] = (
-    "spec-pin-mismatch",
-    "not-a-lineage",
-    "branch-mismatch",
-    "no-metadata",
-    "partial-paths",
-    "instrument-commit-drift",
-    "fingerprint-drift",
-    "observation-disagrees",
-    "unbalanced",
-)
+REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
 _SHARED_METADATA = (
     "instrument_repository",

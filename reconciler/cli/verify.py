@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from reconciler.errors import SpecError
 from reconciler.load import load_specs
 from reconciler.verify import DEFAULT_TIMEOUT, LineageReport, VerifyReport, verify
 
@@ -72,12 +71,7 @@ def verify_command(
     ] = DEFAULT_TIMEOUT,
 ) -> None:
     """Audit both repositories of each lineage: exit 0 consistent, 1 findings or unknown."""
-    try:
-        loaded = load_specs(paths, state_dir=state_dir)
-    except SpecError as error:
-        for problem in error.problems:
-            print(problem, file=sys.stderr)
-        raise SystemExit(1) from None
+    loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
     report = verify([(spec.name, spec.paths()) for spec in loaded], timeout=timeout)
     if as_json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n")
