@@ -25,7 +25,8 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from reconciler.errors import ApplyError, OuroError
@@ -133,7 +134,7 @@ def _retrying() -> Retrying:
     return Retrying(
         retry=retry_if_exception_type(kernel_errors.TransientError),
         stop=stop_after_attempt(TRANSIENT_ATTEMPTS),
-        wait=wait_exponential_jitter(initial=0.2, max=3.0),
+        wait=wait_exponential(multiplier=0.2, max=3.0) + wait_random(0, 0.2),
         reraise=True,
     )
 

@@ -39,6 +39,13 @@ from typing import Any, Literal
 
 import pygit2
 from pygit2.enums import CheckoutStrategy, DiffOption
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
 
 from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
 from .errors import ConcurrentChangeError, DecoderRejection, PreflightError, RecoveryError
@@ -141,14 +148,48 @@ def branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
 # ---------------------------------------------------------------- compare-and-swap
 
 
+class _RefLocked(Exception):
+    """Someone else holds ``<ref>.lock`` (a git command, a gc): worth waiting a moment for."""
+
+
+LOCK_PATIENCE_S = 5.0  # how long a held ref lock is waited for before giving up
+
+
 def cas_ref(
     repo: pygit2.Repository, branch: str, expected: pygit2.Oid, new: pygit2.Oid, message: str
 ) -> None:
-    """Move ``refs/heads/<branch>`` from ``expected`` to ``new``, or raise and write nothing."""
+    """Move ``refs/heads/<branch>`` from ``expected`` to ``new``, or raise and write nothing.
+
+    A ref lock held by another process is waited for (bounded, with backoff); a ref
+    that moved is never waited for: that is a conflict, not a delay.
+    """
+    retrying = Retrying(
+        retry=retry_if_exception_type(_RefLocked),
+        stop=stop_after_delay(LOCK_PATIENCE_S),
+        wait=wait_exponential(multiplier=0.02, max=0.5) + wait_random(0, 0.02),
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                _cas_once(repo, branch, expected, new, message)
+    except _RefLocked as exc:
+        raise ConcurrentChangeError(
+            f"kernel: cannot lock refs/heads/{branch} in {repo.path} ({exc.__cause__}): another "
+            f"writer held it for {LOCK_PATIENCE_S:g}s; nothing was written"
+        ) from exc.__cause__
+
+
+def _cas_once(
+    repo: pygit2.Repository, branch: str, expected: pygit2.Oid, new: pygit2.Oid, message: str
+) -> None:
     refname = f"refs/heads/{branch}"
     try:
         with repo.transaction() as txn:
-            txn.lock_ref(refname)
+            try:
+                txn.lock_ref(refname)
+            except pygit2.GitError as exc:
+                raise _RefLocked(str(exc)) from exc
             ref = repo.references.get(refname)
             current = ref.target if ref is not None else None
             if current != expected:
@@ -160,7 +201,7 @@ def cas_ref(
             txn.set_target(refname, new, None, message)
     except pygit2.GitError as exc:
         raise ConcurrentChangeError(
-            f"kernel: cannot lock {refname} in {repo.path} ({exc}): another writer holds it"
+            f"kernel: cannot update {refname} in {repo.path} ({exc}); nothing was written"
         ) from exc
 
 

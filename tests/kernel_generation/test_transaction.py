@@ -457,7 +457,10 @@ def test_cas_refuses_a_moved_branch_and_writes_nothing(born: Lineage) -> None:
     assert git(born.worktree, "rev-parse", "HEAD").strip() == str(first)
 
 
-def test_cas_refuses_while_git_holds_the_ref_lock(born: Lineage) -> None:
+def test_cas_refuses_while_git_holds_the_ref_lock(
+    born: Lineage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publish, "LOCK_PATIENCE_S", 0.3)
     repo = publish.open_lineage(born.paths)
     head = publish.branch_head(repo, born.paths.branch)
     assert head is not None
@@ -470,6 +473,24 @@ def test_cas_refuses_while_git_holds_the_ref_lock(born: Lineage) -> None:
     finally:
         lock.unlink()
     assert git(born.worktree, "rev-parse", "HEAD").strip() == str(head.id)
+
+
+def test_cas_waits_for_a_ref_lock_that_is_released(born: Lineage) -> None:
+    import threading
+
+    repo = publish.open_lineage(born.paths)
+    head = publish.branch_head(repo, born.paths.branch)
+    assert head is not None
+    lock = Path(repo.path) / "refs" / "heads" / f"{born.paths.branch}.lock"
+    lock.write_text("")
+    release = threading.Timer(0.4, lock.unlink)
+    release.start()
+    try:
+        new = publish.create_commit(repo, head.tree.id, head.id, "x")
+        publish.cas_ref(repo, born.paths.branch, head.id, new, "test")
+    finally:
+        release.join()
+    assert git(born.worktree, "rev-parse", "HEAD").strip() == str(new)
 
 
 def test_observation_branch_moved_during_generation_is_detected(
