@@ -740,7 +740,7 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
         except OSError:
             continue
         for child in children:
-            if _pids_of(child):
+            if _pids_of(child) or _owner_alive(child.name):
                 continue
             try:
                 os.rmdir(child)
@@ -748,6 +748,21 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
                 continue
             removed.add(child.name)
     return sorted(removed)
+
+
+def _owner_alive(name: str) -> bool:
+    """Scope names end in ``.<pid>`` of the kernel that made them: another live kernel's
+    scope may be empty only because its sandbox has not joined it yet."""
+    owner = name.rsplit(".", 1)[-1]
+    if not owner.isdigit() or int(owner) == os.getpid():
+        return False
+    try:
+        os.kill(int(owner), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 _OPENERS: dict[str, Callable[[Ceilings, str, CgroupMounts], Scope]] = {

@@ -23,6 +23,7 @@ idempotent: a second ``recover`` finds nothing to do.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -159,10 +160,15 @@ def kernel_temp_root() -> Path:
 
 
 def scope_prefix(paths: LineagePaths) -> str:
-    """``<name>.`` begins the cgroup scope names of a lineage's generations; lineage names
-    have no dot, so no lineage's prefix is another's."""
-    base = re.sub(r"[^a-z0-9-]", "-", paths.name.lower()).strip("-")[:60] or "lineage"
-    return f"{base}."
+    """``<name>.<digest>.`` begins the cgroup scope names of a lineage's generations.
+
+    Cgroups are host-wide, and two lineages may share a name (two state dirs, two
+    users), so the digest of the git dir's path tells them apart; lineage names have
+    no dot, so no lineage's prefix is another's.
+    """
+    base = re.sub(r"[^a-z0-9-]", "-", paths.name.lower()).strip("-")[:50] or "lineage"
+    place = hashlib.sha256(os.fsencode(os.path.abspath(paths.git_dir))).hexdigest()[:10]
+    return f"{base}.{place}."
 
 
 def _reap_scopes(paths: LineagePaths, patience: float = 3.0) -> None:

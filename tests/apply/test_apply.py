@@ -190,8 +190,8 @@ def test_two_concurrent_applies_never_run_a_generation_twice(
     second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     outputs = [p.communicate(timeout=300) for p in (first, second)]
-    assert first.returncode == 0, outputs[0][1]
-    assert second.returncode == 0, outputs[1][1]
+    assert first.returncode == 0, outputs[0]
+    assert second.returncode == 0, outputs[1]
     runs = sorted(report(subprocess.CompletedProcess([], 0, out, err))["lineages"][0]
                   ["generations_run"] for out, err in outputs)
     assert runs == [0, 3]  # one ran everything, the other waited and found it in sync

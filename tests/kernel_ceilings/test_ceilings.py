@@ -190,6 +190,26 @@ def test_auto_picks_cgroup1_here_and_says_so() -> None:
 
 
 @pytest.mark.cgroup
+def test_an_empty_scope_of_a_live_kernel_is_not_reaped() -> None:
+    """Another kernel's scope is empty until its sandbox joins: its owner's pid keeps it."""
+    need_cgroup1()
+    prefix = unique("owned")
+    owner = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    waiting = open_scope(SMALL, f"{prefix}.gen1.{owner.pid}")
+    abandoned = open_scope(SMALL, f"{prefix}.gen1.{dead.pid}")
+    try:
+        assert reap_stale_scopes(prefix) == [f"{prefix}.gen1.{dead.pid}"]
+        assert cg1("memory", f"{prefix}.gen1.{owner.pid}").is_dir()
+    finally:
+        owner.kill()
+        owner.wait()
+        waiting.close()
+        abandoned.close()
+
+
+@pytest.mark.cgroup
 def test_stale_scopes_of_a_dead_kernel_are_reaped_but_live_ones_kept() -> None:
     need_cgroup1()
     prefix = unique("stale")
