@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -198,20 +199,14 @@ def apply_command(
     else:
         reporter = PlainReporter()
     events = EventLog(resolve_state_dir(state_dir) / "events.jsonl")
-    audits: list[Any] = []
-
-    def audit_in_background(spec: Any) -> None:
-        from reconciler.verify import start_background_audit
-
-        audits.append(start_background_audit([(spec.name, spec.paths())]))
-
+    audits = _Audits()
     engine = Engine(
         identity=identity,
         limits=limits,
         reporter=reporter,
         events=events,
         lock_timeout=lock_timeout,
-        on_lineage_done=audit_in_background,
+        on_lineage_done=audits.lineage_done,
     )
     width = parallel or default_parallelism([s for s, _ in runnable])
     events.emit(
@@ -227,7 +222,7 @@ def apply_command(
         reporter.close()
     by_name = {r.name: r for r in results}
 
-    verdicts = _collect_audits(audits, limits.stop.is_set())
+    verdicts = audits.finish(interrupted=limits.stop.is_set())
     lineages = []
     for spec, item in zip(specs, plan.lineages, strict=True):
         result = by_name.get(spec.name)
@@ -279,25 +274,55 @@ def apply_command(
         raise SystemExit(1)
 
 
-def _collect_audits(audits: Sequence[Any], interrupted: bool) -> dict[str, Any]:
-    verdicts: dict[str, Any] = {}
-    for handle in audits:
-        if interrupted:
-            handle.stop()
-        try:
-            report = handle.result(120.0)
-        except (TimeoutError, OuroError):
-            handle.stop()
-            continue
-        for lineage in report.lineages:
-            verdicts[lineage.lineage] = {
-                "status": lineage.status,
-                "findings": [
-                    f"{f.code} (gen {f.generation})" if f.generation else f.code
-                    for f in lineage.findings
-                ],
-            }
-    return verdicts
+class _Audits:
+    """Audit the lineages apply touched, off the generations' path: one child at a time,
+    each taking every lineage that finished since the last one started (a child per
+    lineage would cost a Python start-up each, taken from the generations still running).
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._waiting: list[Any] = []
+        self._handles: list[Any] = []
+
+    def lineage_done(self, spec: Any) -> None:
+        with self._mutex:
+            self._waiting.append(spec)
+            if not self._handles or self._handles[-1].done:
+                self._launch()
+
+    def _launch(self) -> None:
+        from reconciler.verify import start_background_audit
+
+        if self._waiting:
+            items = [(spec.name, spec.paths()) for spec in self._waiting]
+            self._handles.append(start_background_audit(items))
+            self._waiting = []
+
+    def finish(self, *, interrupted: bool) -> dict[str, Any]:
+        """Every verdict by lineage name; after an interrupt, running audits are stopped."""
+        with self._mutex:
+            if not interrupted:
+                self._launch()
+            handles = list(self._handles)
+        verdicts: dict[str, Any] = {}
+        for handle in handles:
+            if interrupted:
+                handle.stop()
+            try:
+                report = handle.result(120.0)
+            except (TimeoutError, OuroError):
+                handle.stop()
+                continue
+            for lineage in report.lineages:
+                verdicts[lineage.lineage] = {
+                    "status": lineage.status,
+                    "findings": [
+                        f"{f.code} (gen {f.generation})" if f.generation else f.code
+                        for f in lineage.findings
+                    ],
+                }
+        return verdicts
 
 
 def _summary(

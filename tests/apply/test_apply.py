@@ -48,7 +48,7 @@ def test_create_then_second_apply_is_a_no_op(specs: Path, env: dict[str, str],
                                              tmp_path: Path) -> None:
     write_spec(specs, "alpha", 2)
     first = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 0, (first.stdout, first.stderr)
     lineage = report(first)["lineages"][0]
     assert lineage["planned_action"] == "create"
     assert lineage["generations_run"] == 2
@@ -61,7 +61,7 @@ def test_create_then_second_apply_is_a_no_op(specs: Path, env: dict[str, str],
     files_before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "state").rglob("*")
                           if "events.jsonl" not in p.name)
     second = run_ouro("apply", "--yes", str(specs), env=env)
-    assert second.returncode == 0, second.stderr
+    assert second.returncode == 0, (second.stdout, second.stderr)
     assert "0 generations run" in second.stderr
     assert refs(paths) == before
     files_after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "state").rglob("*")
@@ -76,7 +76,7 @@ def test_extend_runs_only_the_missing_generations(specs: Path, env: dict[str, st
     assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
     write_spec(specs, "beta", 3, provider="replay", replay=str(replies))
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
     lineage = report(result)["lineages"][0]
     assert lineage["planned_action"] == "extend"
     assert lineage["generations_run"] == 2
@@ -93,7 +93,7 @@ def test_ahead_is_reported_and_nothing_is_removed(specs: Path, env: dict[str, st
     assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
     write_spec(specs, "gamma", 1)
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
     assert report(result)["lineages"][0]["final_action"] == "ahead"
     assert_invariant(lineage_paths(tmp_path / "state", "gamma"), 2)
 
@@ -143,15 +143,15 @@ def test_max_generations_and_deadline_stop_at_a_boundary(specs: Path, env: dict[
     write_spec(specs, "eps", 3)
     paths = lineage_paths(tmp_path / "state", "eps")
     first = run_ouro("apply", "--yes", "--json", "--max-generations", "2", str(specs), env=env)
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 0, (first.stdout, first.stderr)
     assert report(first)["stopped_by"] == "max-generations"
     assert_invariant(paths, 2)
     stopped = run_ouro("apply", "--yes", "--json", "--deadline", "0s", str(specs), env=env)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 0, (stopped.stdout, stopped.stderr)
     assert report(stopped)["stopped_by"] == "deadline"
     assert_invariant(paths, 2)
     rest = run_ouro("apply", "--yes", str(specs), env=env)
-    assert rest.returncode == 0, rest.stderr
+    assert rest.returncode == 0, (rest.stdout, rest.stderr)
     assert_invariant(paths, 3)
 
 
@@ -176,7 +176,7 @@ def test_fresh_plan_file_applies(specs: Path, env: dict[str, str], tmp_path: Pat
     plan_file = tmp_path / "plan.json"
     assert run_ouro("plan", "-o", str(plan_file), str(specs), env=env).returncode == 2
     result = run_ouro("apply", "--yes", str(plan_file), env=env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
     assert_invariant(lineage_paths(tmp_path / "state", "eta"), 1)
 
 
@@ -229,7 +229,7 @@ def test_sigkill_mid_run_then_clean_reapply(specs: Path, env: dict[str, str],
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
     assert_invariant(paths, 4)
 
 
