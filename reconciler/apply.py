@@ -201,6 +201,14 @@ class Engine:
                         "refused", lineage=spec.name, reason=current.reason, message=current.message
                     )
                     return self._finish(spec, result)
+                if planned.action == "refuse" and current.pending:
+                    # Refused when planned, runnable now: another apply was at work on it.
+                    # Its spend was never shown or checked against --max-spend: plan again.
+                    result.errors.append(
+                        f"ouro: lineage {spec.name} changed while this apply was planning "
+                        f"(now: {current.message}); run apply again to continue it"
+                    )
+                    return self._finish(spec, result)
                 if current.action == "create":
                     if not self.limits.may_continue():
                         return self._finish(spec, result)

@@ -180,6 +180,13 @@ def apply_command(
     runnable = [
         (spec, item) for spec, item in zip(specs, plan.lineages, strict=True) if item.pending
     ]
+    # A refusal seen without the lock may be another apply's work in progress (a lineage
+    # half created, an observation ahead of its commit): it is confirmed under the lock.
+    to_check = [
+        (spec, item)
+        for spec, item in zip(specs, plan.lineages, strict=True)
+        if item.action == "refuse"
+    ]
     if runnable and not yes:
         if not sys.stdin.isatty():
             raise ApplyError(
@@ -209,15 +216,16 @@ def apply_command(
         on_lineage_done=audits.lineage_done,
     )
     width = parallel or default_parallelism([s for s, _ in runnable])
+    jobs = [*runnable, *to_check]
     events.emit(
         "apply-started",
-        lineages=[s.name for s, _ in runnable],
+        lineages=[s.name for s, _ in jobs],
         parallel=width,
         worst_case_usd=str(worst),
     )
     try:
         with _interrupts(limits.stop, limits.cancel, reporter.note):
-            results = engine.run(runnable, width)
+            results = engine.run(jobs, width)
     finally:
         reporter.close()
     by_name = {r.name: r for r in results}

@@ -248,3 +248,43 @@ def test_first_interrupt_finishes_the_running_generation(specs: Path, env: dict[
     done = len(observation_numbers(paths))
     assert 1 <= done < 50
     assert_invariant(paths, done)
+
+
+@pytest.mark.parametrize(("desired", "code"), [(1, 0), (2, 1)], ids=["now-in-sync", "now-behind"])
+def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
+    specs: Path, env: dict[str, str], tmp_path: Path, desired: int, code: int
+) -> None:
+    """Planned while another apply held the lineage half-made: re-planned under the lock,
+    never run on the strength of a plan that did not show it (nor check its spend)."""
+    from reconciler.kernel import generation, lineage
+    from reconciler.kernel.config import Ceilings, Identity, ModelConfig
+    from reconciler.kernel.identity import fingerprint
+    from reconciler.locks import LineageLock
+
+    write_spec(specs, "mu", desired)
+    paths = lineage_paths(tmp_path / "state", "mu")
+    paths.git_dir.mkdir(parents=True)  # the other apply's creation, half done
+    with LineageLock("mu", paths.git_dir, timeout=5):
+        process = subprocess.Popen(ouro_argv("apply", "--yes", "--lock-timeout", "60",
+                                             str(specs)), env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        assert process.stderr is not None
+        seen = ""
+        while "Plan:" not in seen:
+            line = process.stderr.readline()
+            assert line, seen
+            seen += line
+        assert "partial" in seen or "refuse" in seen, seen
+        paths.git_dir.rmdir()  # ... the other apply finishes its work
+        identity = Identity("https://example.invalid/ouro.git", "main",
+                            env["OURO_INSTRUMENT_COMMIT"], fingerprint())
+        lineage.init_lineage(paths, identity)
+        generation.run_generation(paths=paths, identity=identity,
+                                  model=ModelConfig("echo", "echo"),
+                                  ceilings=Ceilings(wall_seconds=60, cpu_seconds=30,
+                                                    memory_bytes=512 << 20), api_key=None)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == code, seen + err
+    assert_invariant(paths, 1)
+    if code:
+        assert "changed while this apply was planning" in err
