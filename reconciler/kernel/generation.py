@@ -193,11 +193,10 @@ def _env_kill_point(name: str) -> None:
 
 
 def _stderr_lines(stderr: bytes) -> list[str]:
-    """Lines as ``tail`` sees them: split on newline, a final newline ends the last line."""
-    text = stderr.decode("utf-8", "replace")
-    if not text:
-        return []
-    return text.removesuffix("\n").split("\n")
+    """Lines as ``tail`` sees them, less the empty lines at the very end (Emacs ends a
+    backtrace with one): they would take a place among the five the journal keeps."""
+    text = stderr.decode("utf-8", "replace").rstrip("\n")
+    return text.split("\n") if text else []
 
 
 def _blob_bytes(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> bytes | None:

@@ -244,6 +244,18 @@ def test_death_journal_keeps_exactly_the_last_five_lines(born: Lineage,
     assert not (born.worktree / "unpublished.txt").exists()
 
 
+def test_an_emacs_backtrace_fills_the_five_lines_with_frames(born: Lineage,
+                                                             quiet: ModelConfig) -> None:
+    """A Lisp error's backtrace ends in a blank line: it takes none of the five places."""
+    install(born, "(undefined-function-of-the-organism)\n")
+    outcome = generate(born, quiet)
+    assert outcome.outcome == "process_exit"
+    entry = born.journal().rsplit("~~~\n", 2)[-2]  # the fenced stderr block
+    lines = entry.split("\n")[:-1]
+    assert len(lines) == 5 and all(lines), lines
+    assert lines[-1] == "  normal-top-level()"
+
+
 def test_no_change_has_no_zero_zero(born: Lineage, tmp_path: Path) -> None:
     model = replay_model(tmp_path / "replies", [seed_text()])
     outcome = generate(born, model)
