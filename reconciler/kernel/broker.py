@@ -590,6 +590,10 @@ def main() -> int:
     del config, line
 
     def stop(*_: Any) -> None:
+        # The parent may both close stdin (the watcher then signals) and terminate: a
+        # second SIGTERM during shutdown, after Python reset its handlers, would kill
+        # the broker by signal instead of letting it close its audit and exit 0.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)

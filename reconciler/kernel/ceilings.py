@@ -725,10 +725,12 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
     """Remove leftover cgroups named ``prefix*`` that hold no task; returns their names.
 
     A kernel killed mid-generation leaves its (empty) cgroups behind: its sandbox
-    dies with it (--die-with-parent), the directories do not. Call this while holding
-    the lineage's lock, before opening the next scope. Groups with tasks are kept.
+    dies with it (--die-with-parent), the directories do not. Groups with tasks are
+    kept, and so are those of a kernel still alive (named ``.<pid>``): it may not have
+    put its sandbox in yet. An empty ``prefix`` sweeps every dead kernel's leftovers.
     """
-    validate_scope_name(prefix)
+    if prefix:
+        validate_scope_name(prefix)
     found = mounts if mounts is not None else discover_mounts()
     parents = [m / PARENT for m in dict.fromkeys(found.v1.values())]
     if found.v2 is not None:

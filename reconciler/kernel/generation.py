@@ -761,8 +761,8 @@ def run_generation(
         attempt.door = _Door(attempt.kernel_dir)  # answers once the broker is up
         attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
                              generation=n, replay_cursor=cursor)
-        with contextlib.suppress(Exception):  # empty cgroups of this lineage's killed attempts
-            runtime.reap_scopes(recovery.scope_prefix(paths))
+        with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
+            runtime.reap_scopes("")
         scope_name = _scope_name(paths, n)
         attempt.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
         edited = _commit_external_edits(state.lineage, paths, state.head)

@@ -190,7 +190,8 @@ def test_auto_picks_cgroup1_here_and_says_so() -> None:
 
 
 @pytest.mark.cgroup
-def test_an_empty_scope_of_a_live_kernel_is_not_reaped() -> None:
+@pytest.mark.parametrize("sweep", [False, True], ids=["by-prefix", "every-dead-kernel"])
+def test_an_empty_scope_of_a_live_kernel_is_not_reaped(sweep: bool) -> None:
     """Another kernel's scope is empty until its sandbox joins: its owner's pid keeps it."""
     need_cgroup1()
     prefix = unique("owned")
@@ -200,8 +201,14 @@ def test_an_empty_scope_of_a_live_kernel_is_not_reaped() -> None:
     waiting = open_scope(SMALL, f"{prefix}.gen1.{owner.pid}")
     abandoned = open_scope(SMALL, f"{prefix}.gen1.{dead.pid}")
     try:
-        assert reap_stale_scopes(prefix) == [f"{prefix}.gen1.{dead.pid}"]
+        if sweep:
+            reaped = reap_stale_scopes("")
+            assert f"{prefix}.gen1.{dead.pid}" in reaped
+            assert f"{prefix}.gen1.{owner.pid}" not in reaped
+        else:
+            assert reap_stale_scopes(prefix) == [f"{prefix}.gen1.{dead.pid}"]
         assert cg1("memory", f"{prefix}.gen1.{owner.pid}").is_dir()
+        assert not cg1("memory", f"{prefix}.gen1.{dead.pid}").exists()
     finally:
         owner.kill()
         owner.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import publish
+from reconciler.kernel import publish, recovery
 from reconciler.kernel.ceilings import PARENT
 from reconciler.kernel.generation import KILL_POINT_ENV, KILL_POINTS, run_generation
 from reconciler.kernel.recovery import recover
@@ -89,7 +89,8 @@ def assert_consistent(born: Lineage) -> int:
     private = Path(born.paths.git_dir) / publish.PRIVATE_DIR
     assert not private.exists() or list(private.iterdir()) == []
     scopes = Path("/sys/fs/cgroup/memory") / PARENT
-    assert not [p for p in scopes.glob("test.*")], "a cgroup of the killed attempt was left"
+    mine = recovery.scope_prefix(born.paths) + "*"
+    assert not list(scopes.glob(mine)), "a cgroup of the killed attempt was left"
     return len(gens)
 
 
