@@ -39,7 +39,6 @@ from reconciler.observe import observe
 from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.provenance import spec_provenance
 
-RUNNABLE = ("create", "extend", "recover")
 TRANSIENT_ATTEMPTS = 4
 
 
@@ -293,7 +292,7 @@ class Engine:
 
 def check_spend(plans: Sequence[LineagePlan], max_spend: Decimal | None) -> Decimal:
     """The plan's worst case; refuses the whole apply when it is above ``max_spend``."""
-    worst = sum((p.max_spend_usd for p in plans if p.action in RUNNABLE), Decimal(0))
+    worst = sum((p.max_spend_usd for p in plans if p.pending), Decimal(0))
     if max_spend is not None and worst > max_spend:
         raise ApplyError(
             f"ouro: the plan may spend up to ${worst} (missing generations × budget_usd), above "
