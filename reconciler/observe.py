@@ -912,9 +912,12 @@ def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
         obs_head = (
             _branch_target(obs_repo, paths.observation_branch) if obs_repo is not None else None
         )
-        if obs_repo is not None and obs_head is not None:
+        # Spend counts every generation's calls and those of discarded (interrupted)
+        # attempts, recorded apart so that the ledger is never short.
+        for folder in (GENERATIONS_DIR, formats.INTERRUPTED_DIR) if obs_head is not None else ():
+            assert obs_repo is not None and obs_head is not None
             try:
-                tree = obs_repo[obs_head.tree[GENERATIONS_DIR].id]
+                tree = obs_repo[obs_head.tree[folder].id]
             except KeyError:
                 tree = None
             for entry in tree if isinstance(tree, pygit2.Tree) else []:
@@ -924,12 +927,13 @@ def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
                         raise ValueError("not a file")
                     record = json.loads(bytes(blob.data).decode("utf-8"))
                 except (ValueError, UnicodeDecodeError):
-                    problems.append(f"{paths.observations}: generations/{entry.name} unreadable")
+                    problems.append(f"{paths.observations}: {folder}/{entry.name} unreadable")
                     continue
                 if not isinstance(record, dict):
                     continue
                 outcome = record.get("outcome")
-                if isinstance(outcome, str) and formats.status_of_outcome(outcome) == "died":
+                if (folder == GENERATIONS_DIR and isinstance(outcome, str)
+                        and formats.status_of_outcome(outcome) == "died"):
                     deaths[outcome] = deaths.get(outcome, 0) + 1
                 calls = record.get("model_calls")
                 for call in calls if isinstance(calls, list) else []:
@@ -940,7 +944,7 @@ def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
                         spend += Decimal(str(amount))
                     except InvalidOperation:
                         problems.append(
-                            f"{paths.observations}: generations/{entry.name}: "
+                            f"{paths.observations}: {folder}/{entry.name}: "
                             f"accounted_usd {amount!r} is not a number"
                         )
     except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,

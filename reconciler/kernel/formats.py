@@ -223,6 +223,9 @@ def parse_observation_subject(subject: str) -> tuple[int, str] | None:
     return (int(match.group("n")), match.group("outcome")) if match else None
 
 
+# Model spend of discarded (interrupted) attempts, kept apart from the generations.
+INTERRUPTED_DIR = "interrupted"
+
 DEATH_OUTCOMES = ("process_exit", "signal", "wall_timeout", "cgroup_oom", "decoder_rejection")
 
 

@@ -41,7 +41,12 @@ import pygit2
 from . import publish
 from .config import LineagePaths
 from .errors import KernelError, PreflightError, RecoveryError
-from .formats import is_generation_subject, observation_path, parse_generation_subject
+from .formats import (
+    INTERRUPTED_DIR,
+    is_generation_subject,
+    observation_path,
+    parse_generation_subject,
+)
 
 __all__ = [
     "INTERRUPTED_DIR",
@@ -62,7 +67,6 @@ __all__ = [
     "walk_first_parent",
 ]
 
-INTERRUPTED_DIR = "interrupted"
 INTERRUPTED_SCHEMA = "ouro-interrupted-generation/v1"
 KERNEL_DIR_PREFIX = "ouro-kernel-"
 GENERATIONS_DIR = "generations"

@@ -309,3 +309,23 @@ def test_observe_uses_no_git_subprocess(tmp_path: Path, monkeypatch: pytest.Monk
 def test_pygit2_is_what_reads(tmp_path: Path) -> None:
     builder = LineageBuilder(tmp_path)
     assert isinstance(builder.repo, pygit2.Repository)
+
+
+def test_status_spend_counts_discarded_attempts_too(tmp_path: Path) -> None:
+    """A generation discarded after a crash re-runs; the money it spent is still spent."""
+    import json
+
+    from reconciler.kernel import formats
+    from reconciler.observe import read_status
+
+    call = {"accounted_usd": "0.10"}
+    builder = LineageBuilder(tmp_path)
+    builder.gen("changed", calls=[call])
+    builder.gen("died", calls=[call, call])
+    discarded = {"generation": 3, "model_calls": [{"accounted_usd": "0.25"}]}
+    builder._observe({f"{formats.INTERRUPTED_DIR}/0003-20261129T160000Z.json":
+                      json.dumps(discarded).encode()}, "observe: interrupted gen 3 (discarded)")
+    report = read_status(builder.paths, observe(builder.paths))
+    assert report.accounted_usd == "0.55"
+    assert report.generations == 2
+    assert sum(report.death_kinds.values()) == 1  # the discarded attempt is no death
