@@ -7,7 +7,7 @@ does I/O. Money is ``Decimal``; sizes are bytes; durations are whole seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,6 @@ class Provenance:
     spec_sha256: str | None = None
     spec_repository_commit: str | None = None
     spec_path: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def format_memory(value: int) -> str:
