@@ -288,3 +288,29 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
     assert_invariant(paths, 1)
     if code:
         assert "changed while this apply was planning" in err
+
+
+def test_observations_record_the_spec_and_its_git_commit(specs: Path, env: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    import json
+
+    write_spec(specs, "nu", 1)
+    for args in (["init", "-q", "-b", "main"], ["add", "nu.yaml"],
+                 ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm",
+                  "spec"]):
+        subprocess.run(["git", *args], cwd=specs, check=True, capture_output=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=specs, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    planned = json.loads(run_ouro("plan", "--json", str(specs), env=env).stdout)
+    result = run_ouro("apply", "--yes", str(specs), env=env)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    paths = lineage_paths(tmp_path / "state", "nu")
+    record = json.loads((paths.observations / "generations" / "0001.json").read_text())
+    assert record["provenance"] == {
+        "spec_sha256": planned["lineages"][0]["spec_sha256"],
+        "spec_repository_commit": commit,
+        "spec_path": "nu.yaml",
+    }
+    events = [json.loads(line) for line in
+              (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    assert [e["generation"] for e in events if e["event"] == "generation"] == [1]
