@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from .config import ENFORCEMENTS, Ceilings, format_memory
 from .errors import CeilingError
 
@@ -277,9 +279,22 @@ def _expect(path: Path, want: str, problems: list[str]) -> None:
         problems.append(f"{path} reads {got!r}, not {want!r}")
 
 
+# mkdir of a cgroup can fail for a moment (the kernel still tearing down a sibling, memory
+# pressure): worth a few quick tries before the generation is refused.
+_BUSY_ERRNOS = frozenset({errno.EBUSY, errno.EAGAIN, errno.ENOMEM, errno.EINTR})
+
+
 def _make_group(path: Path) -> None:
     """mkdir a per-generation cgroup; the kernel fills it with its control files."""
-    os.mkdir(path, 0o755)
+    retrying = Retrying(
+        retry=retry_if_exception(lambda e: isinstance(e, OSError) and e.errno in _BUSY_ERRNOS),
+        stop=stop_after_attempt(4),
+        wait=wait_exponential(multiplier=0.05, max=0.5),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            os.mkdir(path, 0o755)
 
 
 def _pids_of(group: Path) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -10,6 +11,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -585,3 +587,39 @@ def test_systemd_user_manager_gets_its_bus_but_nothing_else(
     assert "--user" in (fake_systemd / "systemd-run-args").read_text().split()
     assert f"XDG_RUNTIME_DIR={fake_systemd}".encode() in out
     assert b"sk-secret" not in out
+
+
+@pytest.mark.parametrize(
+    ("failures", "code", "calls", "made"),
+    [
+        ([errno.EBUSY, errno.EAGAIN], None, 3, True),
+        ([errno.EBUSY] * 4, errno.EBUSY, 4, False),
+        ([errno.EACCES], errno.EACCES, 1, False),
+    ],
+    ids=["busy-then-free", "busy-too-long", "denied-is-final"],
+)
+def test_cgroup_creation_retries_only_a_busy_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[int], code: int | None,
+    calls: int, made: bool,
+) -> None:
+    from reconciler.kernel import ceilings
+
+    real_mkdir = os.mkdir
+    seen: list[str] = []
+
+    def flaky_mkdir(path: Any, mode: int = 0o777) -> None:
+        seen.append(str(path))
+        if len(seen) <= len(failures):
+            raise OSError(failures[len(seen) - 1], os.strerror(failures[len(seen) - 1]))
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(ceilings.os, "mkdir", flaky_mkdir)
+    target = tmp_path / "group"
+    if code is None:
+        ceilings._make_group(target)
+    else:
+        with pytest.raises(OSError) as caught:
+            ceilings._make_group(target)
+        assert caught.value.errno == code
+    assert len(seen) == calls
+    assert target.is_dir() == made
