@@ -175,7 +175,7 @@ class Engine:
         return results
 
     def run_lineage(self, spec: LoadedSpec, planned: LineagePlan) -> LineageResult:
-        from reconciler.kernel import lineage, recovery
+        from reconciler.kernel import broker, lineage, recovery
 
         result = LineageResult(
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
@@ -208,6 +208,10 @@ class Engine:
                         f"(now: {current.message}); run apply again to continue it"
                     )
                     return self._finish(spec, result)
+                model = spec.model()
+                api_key = os.environ.get(model.api_key_env) if model.api_key_env else None
+                if current.pending:  # a missing key or replay folder: refuse before creating
+                    broker.check_config(model, api_key, generation=1, replay_cursor=0)
                 if current.action == "create":
                     if not self.limits.may_continue():
                         return self._finish(spec, result)
@@ -215,7 +219,7 @@ class Engine:
                         with attempt:
                             lineage.init_lineage(paths, self.identity)
                     self.events.emit("created", lineage=spec.name, path=str(paths.worktree))
-                self._run_generations(spec, current, result)
+                self._run_generations(spec, current, result, api_key)
         except (OuroError, kernel_errors.KernelError) as error:
             result.errors.append(str(error))
             self.events.emit(
@@ -224,7 +228,7 @@ class Engine:
         return self._finish(spec, result)
 
     def _run_generations(
-        self, spec: LoadedSpec, current: LineagePlan, result: LineageResult
+        self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None
     ) -> None:
         from reconciler.kernel import generation
 
@@ -234,7 +238,6 @@ class Engine:
         model = spec.model()
         ceilings = spec.ceilings()
         provenance = spec_provenance(spec.file, spec.sha256)
-        api_key = os.environ.get(model.api_key_env) if model.api_key_env else None
         self.reporter.lineage_started(spec.name, done, desired)
         while done < desired:
             if not self.limits.take_generation():

@@ -314,3 +314,22 @@ def test_observations_record_the_spec_and_its_git_commit(specs: Path, env: dict[
     events = [json.loads(line) for line in
               (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
     assert [e["generation"] for e in events if e["event"] == "generation"] == [1]
+
+
+def test_a_missing_api_key_creates_nothing_and_names_the_variable(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    write_spec(specs, "xi", 1, provider="openai", extra_model="""
+        name: gpt-5.6
+        api_key_env: OURO_TEST_ABSENT_KEY
+        """)
+    write_spec(specs, "omicron", 1)
+    env = {k: v for k, v in env.items() if k != "OURO_TEST_ABSENT_KEY"}
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 1
+    by_name = {item["name"]: item for item in report(result)["lineages"]}
+    assert any("OURO_TEST_ABSENT_KEY" in e for e in by_name["xi"]["errors"])
+    assert "OURO_TEST_ABSENT_KEY=" not in result.stdout + result.stderr
+    assert not (tmp_path / "state" / "xi").exists()
+    assert not (tmp_path / "state" / "xi.git").exists()
+    assert by_name["omicron"]["final_action"] == "in-sync"
