@@ -741,10 +741,14 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
 
     A kernel killed mid-generation leaves its (empty) cgroups behind: its sandbox
     dies with it (--die-with-parent), the directories do not. Groups with tasks are
-    kept, and so are those of a kernel still alive (named ``.<pid>``): it may not have
-    put its sandbox in yet. An empty ``prefix`` sweeps every dead kernel's leftovers.
+    kept, and so are those of another kernel still alive (named ``.<pid>``): it may not
+    have put its sandbox in yet. With a lineage's ``prefix`` (its lock held) this
+    process's own leftovers of that lineage go too; an empty ``prefix`` sweeps every
+    dead kernel's leftovers and never this process's, whose other lineages may be
+    between creating a scope and filling it.
     """
-    if prefix:
+    sweep = not prefix
+    if not sweep:
         validate_scope_name(prefix)
     found = mounts if mounts is not None else discover_mounts()
     parents = [m / PARENT for m in dict.fromkeys(found.v1.values())]
@@ -757,7 +761,7 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
         except OSError:
             continue
         for child in children:
-            if _pids_of(child) or _owner_alive(child.name):
+            if _pids_of(child) or _owner_alive(child.name, this_process_counts=sweep):
                 continue
             try:
                 os.rmdir(child)
@@ -767,12 +771,14 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
     return sorted(removed)
 
 
-def _owner_alive(name: str) -> bool:
-    """Scope names end in ``.<pid>`` of the kernel that made them: another live kernel's
-    scope may be empty only because its sandbox has not joined it yet."""
+def _owner_alive(name: str, *, this_process_counts: bool) -> bool:
+    """Scope names end in ``.<pid>`` of the kernel that made them: a live kernel's scope
+    may be empty only because its sandbox has not joined it yet."""
     owner = name.rsplit(".", 1)[-1]
-    if not owner.isdigit() or int(owner) == os.getpid():
+    if not owner.isdigit():
         return False
+    if int(owner) == os.getpid():
+        return this_process_counts
     try:
         os.kill(int(owner), 0)
     except ProcessLookupError:

@@ -333,3 +333,17 @@ def test_a_missing_api_key_creates_nothing_and_names_the_variable(
     assert not (tmp_path / "state" / "xi").exists()
     assert not (tmp_path / "state" / "xi.git").exists()
     assert by_name["omicron"]["final_action"] == "in-sync"
+
+
+def test_parallel_lineages_of_one_apply_all_run(specs: Path, env: dict[str, str],
+                                                tmp_path: Path) -> None:
+    """Lineages share the apply's process: none may disturb another's scopes or repos."""
+    names = [f"par-{i}" for i in range(4)]
+    for name in names:
+        write_spec(specs, name, 3)
+    result = run_ouro("apply", "--yes", "--json", "--parallel", "4", str(specs), env=env)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert all(item["generations_run"] == 3 and not item["errors"]
+               for item in report(result)["lineages"])
+    for name in names:
+        assert_invariant(lineage_paths(tmp_path / "state", name), 3)

@@ -219,6 +219,23 @@ def test_an_empty_scope_of_a_live_kernel_is_not_reaped(sweep: bool) -> None:
 
 
 @pytest.mark.cgroup
+def test_a_sweep_never_takes_this_processs_scopes_but_its_own_lineage_may() -> None:
+    """Lineages of one apply share its pid: a sweep between another lineage's mkdir and
+    its join must not remove that scope; the lineage's own reap (under its lock) may."""
+    need_cgroup1()
+    prefix = unique("mine")
+    name = f"{prefix}.gen1.{os.getpid()}"
+    scope = open_scope(SMALL, name)
+    try:
+        assert name not in reap_stale_scopes("")
+        assert cg1("memory", name).is_dir()
+        assert reap_stale_scopes(prefix) == [name]
+        assert not cg1("memory", name).exists()
+    finally:
+        scope.close()
+
+
+@pytest.mark.cgroup
 def test_stale_scopes_of_a_dead_kernel_are_reaped_but_live_ones_kept() -> None:
     need_cgroup1()
     prefix = unique("stale")
