@@ -24,6 +24,7 @@ from reconciler.kernel.ceilings import (
 )
 from reconciler.kernel.config import Ceilings
 from reconciler.kernel.errors import CeilingError, PreflightError
+from tests.host import require
 
 HOST = discover_mounts()
 V1: dict[str, Path] = {c: HOST.v1[c] for c in ("cpu", "cpuacct", "memory", "pids") if c in HOST.v1}
@@ -38,8 +39,8 @@ def cg1(controller: str, name: str) -> Path:
 
 
 def need_cgroup1() -> None:
-    if len(V1) < 4 or not os.access(V1["memory"], os.W_OK):
-        pytest.skip("needs writable cgroup v1 cpu, cpuacct, memory, pids hierarchies")
+    require(len(V1) >= 4 and os.access(V1["memory"], os.W_OK),
+            "needs writable cgroup v1 cpu, cpuacct, memory, pids hierarchies")
 
 
 SMALL = Ceilings(wall_seconds=10, cpu_seconds=10, memory_bytes=64 << 20, swap_bytes=0,
@@ -263,8 +264,7 @@ def test_stale_scopes_of_a_dead_kernel_are_reaped_but_live_ones_kept() -> None:
 
 @pytest.mark.cgroup
 def test_cgroup2_is_refused_with_the_reason_unless_it_has_the_controllers() -> None:
-    if HOST.v2 is None:
-        pytest.skip("no cgroup2 mount on this host")
+    require(HOST.v2 is not None, "needs a cgroup2 mount")
     offered = set((HOST.v2 / "cgroup.controllers").read_text().split())
     if {"cpu", "memory", "pids"} <= offered:  # a host where cgroup2 works: use it for real
         scope = open_scope(Ceilings(enforcement="cgroup2"), unique("v2"))

@@ -27,6 +27,7 @@ from reconciler.kernel.sandbox import (
     bwrap_argv,
     run_sandbox,
 )
+from tests.host import require
 
 SECRET = "sk-test-selected-secret-0123456789"
 CEILINGS = Ceilings(wall_seconds=20, cpu_seconds=20, memory_bytes=256 << 20, tasks=32,
@@ -129,10 +130,10 @@ def test_merged_usr_links_are_symlinks(argv: list[str]) -> None:
 
 def need_real() -> None:
     mounts = discover_mounts()
-    if not os.path.exists("/usr/bin/bwrap") or not os.path.exists("/usr/bin/emacs"):
-        pytest.skip("needs bubblewrap and emacs")
-    if "memory" not in mounts.v1 or not os.access(mounts.v1["memory"], os.W_OK):
-        pytest.skip("needs writable cgroup v1")
+    require(os.path.exists("/usr/bin/bwrap") and os.path.exists("/usr/bin/emacs"),
+            "needs bubblewrap and emacs")
+    require("memory" in mounts.v1 and os.access(mounts.v1["memory"], os.W_OK),
+            "needs writable cgroup v1")
 
 
 def kernel_dir(root: Path, organism: str, extra: dict[str, bytes] | None = None) -> Path:

@@ -1,0 +1,17 @@
+"""What a test may ask of the host, and what happens when the host lacks it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def require(condition: bool, reason: str) -> None:
+    """A test that needs something of the host: under CI its absence is a failure (CI
+    must run every sandbox and cgroup test); elsewhere the test is skipped."""
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must provide this: {reason}")
+    pytest.skip(reason)
