@@ -382,6 +382,18 @@ class _CgroupScope:
         for group in self.groups:
             _remove_group(group)
 
+    def _activate(self, ceilings: Ceilings) -> None:
+        """Create the groups and put every limit in force, or leave nothing behind."""
+        _create_all(self.groups)
+        try:
+            self._set(ceilings)
+        except Unavailable:
+            self.close()
+            raise
+
+    def _set(self, ceilings: Ceilings) -> None:
+        raise NotImplementedError
+
     def _result(self, oom_kills: int | None) -> str:
         if oom_kills:
             return "oom-kill"
@@ -428,12 +440,7 @@ class Cgroup1Scope(_CgroupScope):
                 raise Unavailable(f"cannot create {parent}: {exc.strerror}") from exc
         groups = {c: parents[c] / name for c in _V1_CONTROLLERS}
         scope = cls(groups)
-        _create_all(scope.groups)
-        try:
-            scope._set(ceilings)
-        except Unavailable:
-            scope.close()
-            raise
+        scope._activate(ceilings)
         return scope
 
     def _set(self, ceilings: Ceilings) -> None:
@@ -507,12 +514,7 @@ class Cgroup2Scope(_CgroupScope):
         except OSError as exc:
             raise Unavailable(f"cannot prepare {parent}: {exc.strerror}") from exc
         scope = cls(parent / name)
-        _create_all(scope.groups)
-        try:
-            scope._set(ceilings)
-        except Unavailable:
-            scope.close()
-            raise
+        scope._activate(ceilings)
         return scope
 
     def _set(self, ceilings: Ceilings) -> None:
