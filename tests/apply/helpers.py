@@ -68,12 +68,6 @@ def write_replies(folder: Path, bodies: list[str]) -> Path:
     return folder
 
 
-def lineage_paths(state: Path, name: str) -> LineagePaths:
-    base = state / name
-    return LineagePaths(base, Path(f"{base}.git"), Path(f"{base}.observations"),
-                        f"lineage-{name}", f"observations/lineage-{name}")
-
-
 def generation_subjects(paths: LineagePaths) -> list[str]:
     repo = pygit2.Repository(str(paths.git_dir))
     head = repo.references[f"refs/heads/{paths.branch}"].peel(pygit2.Commit)

@@ -17,7 +17,6 @@ import pytest
 from tests.apply.helpers import (
     QUIET_BODY,
     assert_invariant,
-    lineage_paths,
     observation_numbers,
     ouro_argv,
     refs,
@@ -26,6 +25,7 @@ from tests.apply.helpers import (
     write_replies,
     write_spec,
 )
+from tests.observe.builder import lineage_paths
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
@@ -229,7 +229,8 @@ def test_sigkill_mid_run_then_clean_reapply(specs: Path, env: dict[str, str],
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    lineage = report(result)["lineages"][0]
+    assert result.returncode == 0, (lineage["errors"], lineage["refusal"], result.stderr)
     assert_invariant(paths, 4)
 
 

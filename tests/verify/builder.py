@@ -28,6 +28,7 @@ from reconciler.kernel.config import (
     ModelConfig,
     constraints_manifest,
 )
+from tests.observe.builder import lineage_paths
 
 SIG = pygit2.Signature("ouroboros", "ouroboros@localhost", 1_780_000_000, 0)
 SEED = b';;; organism.el --- a test seed\n(message "alive")\n'
@@ -68,14 +69,6 @@ def first_parent_chain(repo: pygit2.Repository, branch: str) -> list[pygit2.Comm
     return chain[::-1]
 
 
-def lineage_paths(root: Path, name: str) -> LineagePaths:
-    return LineagePaths(
-        worktree=root / name,
-        git_dir=root / f"{name}.git",
-        observations=root / f"{name}.observations",
-        branch=f"lineage-{name}",
-        observation_branch=f"observations/lineage-{name}",
-    )
 
 
 def _tree(repo: pygit2.Repository, files: dict[str, bytes]) -> pygit2.Oid:
