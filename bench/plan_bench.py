@@ -50,7 +50,8 @@ OUT = ROOT / "bench" / "out"
 # force a rebuild of 100,000 generations.
 BENCH_COMMIT = "b" * 40
 BENCH_FINGERPRINT = "f" * 64
-PIN = ("import reconciler.instrument as i; i._fingerprint = lambda: " + repr(BENCH_FINGERPRINT)
+PIN = ("import reconciler.state.instrument as i; "
+       "i._fingerprint = lambda: " + repr(BENCH_FINGERPRINT)
        + "; from reconciler.cli import main; main()")
 FORMAT = 5  # bump when the fleet's layout changes
 STAMP = 1_700_000_000
@@ -244,10 +245,10 @@ def baseline(root: Path, names: list[str]) -> float:
 
 
 def in_process(root: Path) -> tuple[float, float, dict[str, Any]]:
-    from reconciler.load import load_specs
-    from reconciler.observe import observe
     from reconciler.plan import make_plan
-    from reconciler.render import plan_json
+    from reconciler.report.render import plan_json
+    from reconciler.spec.load import load_specs
+    from reconciler.state.observe import observe
 
     started = time.perf_counter()
     specs = load_specs([root / "specs"])

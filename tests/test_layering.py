@@ -33,11 +33,11 @@ def test_kernel_imports_nothing_from_the_rest_of_reconciler(path: Path) -> None:
 
 
 def test_plan_is_pure() -> None:
-    path = PACKAGE / "plan.py"
+    path = PACKAGE / "plan" / "planner.py"
     if not path.exists():
-        pytest.fail("reconciler/plan.py is missing")
+        pytest.fail("reconciler/plan/planner.py is missing")
     forbidden = _imports(path) & {"os", "subprocess", "pygit2", "shutil", "socket", "httpx",
-                                  "reconciler.observe", "reconciler.apply"}
+                                  "reconciler.state.observe", "reconciler.engine.apply"}
     assert not forbidden, f"plan.py imports {sorted(forbidden)}: planning is pure"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool(name: str) -> list[str]:
-    if shutil.which(name) is None:
+    if importlib.util.find_spec(name) is None:  # the tool in THIS interpreter, not on PATH
         pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
     return [sys.executable, "-m", name]
 

@@ -1,8 +1,11 @@
 """The command line: parse, call, render, exit code. Thin by rule.
 
-One module per command group; each exposes a ``register(app)``. Every error
-that reaches ``main`` is printed as one clear message: never a traceback
-(``OURO_DEBUG=1`` shows one for ouro's developers).
+One module per command group; each exposes a ``register(app)``. Typer (in
+standalone mode) owns usage errors: an unknown option, a missing argument or a
+bad value prints its usage message and exits 2. Every other error that reaches
+``main`` is printed as one clear message and never a traceback: an ``OuroError``
+as itself (exit 1), anything else as one line naming the exception and how to
+see the traceback (``OURO_DEBUG=1``), exit 1.
 """
 
 from __future__ import annotations
@@ -29,27 +32,14 @@ for _module in (validate, plan, apply, verify, doctor):
 
 def main() -> None:
     try:
-        code = app(standalone_mode=False)  # a typer.Exit comes back as its exit code
-        sys.exit(code if isinstance(code, int) else 0)
+        app()  # standalone: typer prints usage errors and exits with their code
     except OuroError as error:
         print(str(error), file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("ouro: interrupted", file=sys.stderr)
         sys.exit(130)
-    except SystemExit:
-        raise
     except Exception as error:  # the last line of defence: never a traceback
-        import click
-
-        if isinstance(error, click.exceptions.Exit):
-            sys.exit(error.exit_code)
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
-        if isinstance(error, click.exceptions.Abort):
-            print("ouro: aborted", file=sys.stderr)
-            sys.exit(1)
         if os.environ.get("OURO_DEBUG"):
             raise
         print(

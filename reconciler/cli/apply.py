@@ -43,7 +43,7 @@ def _money(text: str | None) -> Decimal | None:
 def _duration(text: str | None) -> float | None:
     if text is None:
         return None
-    from reconciler.units import parse_duration
+    from reconciler.spec.units import parse_duration
 
     try:
         return float(parse_duration(text))
@@ -76,8 +76,8 @@ def _interrupts(stop: Any, cancel: Any, say: Any) -> Iterator[None]:
 
 
 def _load_for_plan_file(plan_path: Path, state_dir: Path | None) -> tuple[Any, list[Any]]:
-    from reconciler.load import load_specs
-    from reconciler.planfile import load_plan
+    from reconciler.plan.saved import load_plan
+    from reconciler.spec.load import load_specs
 
     saved = load_plan(plan_path)
     files = sorted({item.spec_file for item in saved.lineages if item.spec_file})
@@ -133,15 +133,16 @@ def apply_command(
     ] = None,
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
-    from reconciler import instrument, render
-    from reconciler.apply import Engine, Limits, check_spend, default_parallelism
-    from reconciler.events import EventLog
-    from reconciler.load import load_specs
-    from reconciler.load import state_dir as resolve_state_dir
-    from reconciler.observe import observe
+    from reconciler.engine.apply import Engine, Limits, check_spend, default_parallelism
+    from reconciler.engine.events import EventLog
     from reconciler.plan import make_plan
-    from reconciler.planfile import check_fresh
-    from reconciler.progress import LiveReporter, PlainReporter, SilentReporter
+    from reconciler.plan.saved import check_fresh
+    from reconciler.report import render
+    from reconciler.report.progress import LiveReporter, PlainReporter, SilentReporter
+    from reconciler.spec.load import load_specs
+    from reconciler.spec.load import state_dir as resolve_state_dir
+    from reconciler.state import instrument
+    from reconciler.state.observe import observe
 
     spend_cap = _money(max_spend)
     deadline_seconds = _duration(deadline)
@@ -300,7 +301,7 @@ class _Audits:
                 self._launch()
 
     def _launch(self) -> None:
-        from reconciler.verify import start_background_audit
+        from reconciler.engine.verify import start_background_audit
 
         if self._waiting:
             items = [(spec.name, spec.paths()) for spec in self._waiting]

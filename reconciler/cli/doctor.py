@@ -14,11 +14,11 @@ def doctor_command(
         help="spec files or folders: also check their providers' API key variables")] = None,
 ) -> None:
     """Check bubblewrap, Emacs and curl in the sandbox, the ceiling backends, API keys."""
-    from reconciler.doctor import ready, run_checks
+    from reconciler.engine.doctor import ready, run_checks
 
     variables: list[tuple[str, str]] = []
     if paths:
-        from reconciler.load import load_specs
+        from reconciler.spec.load import load_specs
 
         for spec in load_specs(paths):
             variable = spec.model().api_key_env

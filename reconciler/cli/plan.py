@@ -35,12 +35,12 @@ def plan_command(
     state_dir: StateDirOption = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
-    from reconciler import instrument
-    from reconciler.load import load_specs
-    from reconciler.observe import observe
     from reconciler.plan import make_plan
-    from reconciler.planfile import save_plan
-    from reconciler.render import plan_json, plan_markdown, print_plan
+    from reconciler.plan.saved import save_plan
+    from reconciler.report.render import plan_json, plan_markdown, print_plan
+    from reconciler.spec.load import load_specs
+    from reconciler.state import instrument
+    from reconciler.state.observe import observe
 
     if as_json and markdown:
         raise OuroError("ouro plan: --json and --markdown cannot be used together")
@@ -67,9 +67,9 @@ def status_command(
     state_dir: StateDirOption = None,
 ) -> None:
     """What each lineage is now: generations, outcomes, deaths, spend, journal, heads."""
-    from reconciler.load import load_specs
-    from reconciler.observe import observe, read_status
-    from reconciler.render import StatusLine, print_status, status_json
+    from reconciler.report.render import StatusLine, print_status, status_json
+    from reconciler.spec.load import load_specs
+    from reconciler.state.observe import observe, read_status
 
     specs = load_specs(paths, state_dir=state_dir)
     lines = []

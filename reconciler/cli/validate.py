@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from reconciler.errors import SpecError
-from reconciler.load import load_specs
 from reconciler.spec import json_schema
+from reconciler.spec.load import load_specs
 
 
 def schema_text() -> str:

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from reconciler.load import load_specs
-from reconciler.verify import DEFAULT_TIMEOUT, LineageReport, VerifyReport, verify
+from reconciler.engine.verify import DEFAULT_TIMEOUT, LineageReport, VerifyReport, verify
+from reconciler.spec.load import load_specs
 
 _WHY_UNKNOWN = {
     "stopped": "the audit was stopped",
@@ -77,8 +77,6 @@ def verify_command(
         sys.stdout.write(json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render(report))
-    # SystemExit, not typer.Exit: main() runs click with standalone_mode=False,
-    # which turns typer.Exit into a return value that is then dropped.
     raise SystemExit(report.exit_status)
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pygit2
 
-from reconciler.audit import audit_lineage
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
+from reconciler.state.audit import audit_lineage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"

@@ -199,7 +199,7 @@ def test_two_concurrent_applies_never_run_a_generation_twice(
 
 
 def test_lock_timeout_names_the_holder(specs: Path, env: dict[str, str], tmp_path: Path) -> None:
-    from reconciler.locks import LineageLock
+    from reconciler.engine.locks import LineageLock
 
     write_spec(specs, "iota", 1)
     paths = lineage_paths(tmp_path / "state", "iota")
@@ -257,10 +257,10 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
 ) -> None:
     """Planned while another apply held the lineage half-made: re-planned under the lock,
     never run on the strength of a plan that did not show it (nor check its spend)."""
+    from reconciler.engine.locks import LineageLock
     from reconciler.kernel import generation, lineage
     from reconciler.kernel.config import Ceilings, Identity, ModelConfig
     from reconciler.kernel.identity import fingerprint
-    from reconciler.locks import LineageLock
 
     write_spec(specs, "mu", desired)
     paths = lineage_paths(tmp_path / "state", "mu")

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.engine.locks import LineageLock, holder_path, lock_path, read_holder
 from reconciler.errors import LockError
-from reconciler.locks import LineageLock, holder_path, lock_path, read_holder
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from reconciler.locks import LineageLock
+from reconciler.engine.locks import LineageLock
 lock = LineageLock("alpha", Path(sys.argv[1]), timeout=5)
 lock.acquire()
 print("held", flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.doctor import check_keys, ready, run_checks
+from reconciler.engine.doctor import check_keys, ready, run_checks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
@@ -64,7 +64,7 @@ def test_spec_keys_are_checked_from_the_specs(tmp_path: Path) -> None:
 @pytest.mark.sandbox
 @pytest.mark.cgroup
 def test_a_failed_life_makes_the_host_not_ready() -> None:
-    from reconciler.doctor import Check
+    from reconciler.engine.doctor import Check
 
     checks = run_checks(life=lambda: Check("a life in the sandbox", False, "probe died"))
     assert "a life in the sandbox" in [c.name for c in checks]

@@ -125,8 +125,8 @@ def test_five_scripted_generations(born: Lineage, tmp_path: Path) -> None:
     responses = [c["response"] for n in range(1, 6) for c in born.observation(n)["model_calls"]]
     assert responses == [one, lethal, one, five]
     # ouro's own readers agree: the full-history audit and the observer
-    from reconciler.audit import audit_lineage
-    from reconciler.observe import observe
+    from reconciler.state.audit import audit_lineage
+    from reconciler.state.observe import observe
 
     audit = audit_lineage(born.paths)
     assert (audit.status, audit.generations, audit.observations, audit.findings) == (

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from reconciler.cli import app
 from reconciler.errors import SpecError
-from reconciler.load import load_specs
+from reconciler.spec.load import load_specs
 
 BROKEN = Path(__file__).with_name("broken")
 

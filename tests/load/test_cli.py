@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reconciler.cli import app
-from reconciler.load import load_specs
+from reconciler.spec.load import load_specs
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*(REPO / "specs").glob("*.yaml"), *(REPO / "examples").glob("*.yaml")])

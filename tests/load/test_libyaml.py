@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler import load
 from reconciler.errors import SpecError
+from reconciler.spec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted([*(ROOT / "specs").glob("*.yaml"), *(ROOT / "examples").glob("*.yaml"),

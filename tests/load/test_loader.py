@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.errors import SpecError
 from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig, Price
-from reconciler.load import LoadedSpec, load_specs, state_dir
+from reconciler.spec.load import LoadedSpec, load_specs, state_dir
 
 MINIMAL = """\
 apiVersion: ouro/v1

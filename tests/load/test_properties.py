@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from reconciler.errors import SpecError
-from reconciler.load import LoadedSpec, load_specs
+from reconciler.spec.load import LoadedSpec, load_specs
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

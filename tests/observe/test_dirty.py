@@ -14,8 +14,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler import observe as observe_module
-from reconciler.observe import observe
+from reconciler.state import observe as observe_module
+from reconciler.state.observe import observe
 from tests.observe.builder import LineageBuilder
 
 

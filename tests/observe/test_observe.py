@@ -11,7 +11,7 @@ import pygit2
 import pytest
 
 from reconciler.kernel.config import LineagePaths
-from reconciler.observe import Observed, observe
+from reconciler.state.observe import Observed, observe
 from tests.observe.builder import LineageBuilder, lineage_paths
 
 
@@ -316,7 +316,7 @@ def test_status_spend_counts_discarded_attempts_too(tmp_path: Path) -> None:
     import json
 
     from reconciler.kernel import formats
-    from reconciler.observe import read_status
+    from reconciler.state.observe import read_status
 
     call = {"accounted_usd": "0.10"}
     builder = LineageBuilder(tmp_path)

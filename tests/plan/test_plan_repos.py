@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import instrument
 from reconciler.kernel.config import LineagePaths
-from reconciler.load import load_specs
-from reconciler.observe import observe
 from reconciler.plan import LineagePlan, make_plan, plan_lineage
+from reconciler.spec.load import load_specs
+from reconciler.state import instrument
+from reconciler.state.observe import observe
 from tests.observe.builder import LineageBuilder, lineage_paths
 from tests.plan.helpers import spec_yaml, write_specs
 

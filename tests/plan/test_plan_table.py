@@ -22,8 +22,8 @@ from reconciler.kernel.config import (
     Price,
     constraints_manifest,
 )
-from reconciler.observe import Interrupted, Observed, ReadProblem
 from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
+from reconciler.state.observe import Interrupted, Observed, ReadProblem
 
 PAID = Price(Decimal("5.00"), Decimal("30.00"))
 ME = Identity("https://example.invalid/ouro.git", "main", "a" * 40, "b" * 64)

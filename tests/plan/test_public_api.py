@@ -6,7 +6,10 @@ import dataclasses
 
 import pytest
 
-from reconciler import observe, plan, planfile, render
+from reconciler import plan
+from reconciler.plan import saved as planfile
+from reconciler.report import render
+from reconciler.state import observe
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import instrument
 from reconciler.cli import main
 from reconciler.kernel.config import LineagePaths
-from reconciler.observe import observe
-from reconciler.planfile import check_fresh, load_plan
+from reconciler.plan.saved import check_fresh, load_plan
+from reconciler.state import instrument
+from reconciler.state.observe import observe
 from tests.observe.builder import LineageBuilder, lineage_paths
 from tests.plan.helpers import spec_yaml, write_specs
 

@@ -12,7 +12,7 @@ import pytest
 from reconciler.errors import PlanFileError
 from reconciler.kernel.config import Identity
 from reconciler.plan import LineagePlan, Plan
-from reconciler.planfile import PLANFILE_FORMAT, check_fresh, load_plan, save_plan
+from reconciler.plan.saved import PLANFILE_FORMAT, check_fresh, load_plan, save_plan
 
 ME = Identity("r", "main", "a" * 40, "b" * 64)
 

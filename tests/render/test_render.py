@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.kernel.config import Identity
 from reconciler.plan import Change, LineagePlan, Plan, make_plan
-from reconciler.render import (
+from reconciler.report.render import (
     FORMAT_VERSION,
     plan_document,
     plan_json,

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reconciler import prices
 from reconciler.cli.validate import schema_text
 from reconciler.kernel import config as kc
 from reconciler.spec import (
@@ -21,6 +20,7 @@ from reconciler.spec import (
     LineageSpec,
     ModelSpec,
     branch_name_problem,
+    prices,
 )
 
 REPO = Path(__file__).resolve().parents[2]

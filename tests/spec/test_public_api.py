@@ -7,7 +7,8 @@ from types import ModuleType
 
 import pytest
 
-from reconciler import load, prices, spec, units
+from reconciler import spec
+from reconciler.spec import load, prices, units
 
 PUBLIC = {
     load: ["MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec", "load_specs",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import units
+from reconciler.spec import units
 
 
 @pytest.mark.parametrize(

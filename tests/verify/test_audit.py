@@ -15,9 +15,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.audit import CODES, audit_lineage, restored_organism
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
+from reconciler.state.audit import CODES, audit_lineage, restored_organism
 from tests.verify.builder import SEED, SIG, Lineage, first_parent_chain, tree_of
 
 LETHAL = b'(message "lethal")\n(kill-emacs 3)\n'

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import audit_child
+from reconciler.engine.verify import (
+    AuditHandle,
+    Child,
+    child_env,
+    sanitize_report,
+    spawn_child,
+    verify,
+)
 from reconciler.kernel.config import LineagePaths
-from reconciler.verify import AuditHandle, Child, child_env, sanitize_report, spawn_child, verify
+from reconciler.state import audit_child
 from tests.verify.builder import Lineage
 from tests.verify.test_audit import fixture_paths, overspend, sound
 
@@ -27,7 +34,8 @@ def _wrapped(snippet: str) -> list[str]:
     return [
         sys.executable,
         "-c",
-        snippet + "\nimport runpy; runpy.run_module('reconciler.audit_child', run_name='__main__')",
+        snippet + "\nimport runpy; "
+        "runpy.run_module('reconciler.state.audit_child', run_name='__main__')",
     ]
 
 
@@ -159,7 +167,7 @@ def test_a_chatty_real_child_is_refused(tmp_path: Path) -> None:
 def test_output_during_the_audit_never_reaches_the_report(tmp_path: Path) -> None:
     spawn = Recorder(
         _wrapped(
-            "import os, reconciler.audit as a\n"
+            "import os, reconciler.state.audit as a\n"
             "real = a.audit_lineage\n"
             "def noisy(*args, **kwargs):\n"
             "    print('python noise'); os.write(1, b'raw fd noise')\n"
@@ -184,7 +192,7 @@ def test_the_child_module_writes_exactly_one_report(tmp_path: Path) -> None:
     lineage = sound(tmp_path)
     job = audit_child.encode_job([("t", lineage.paths)], max_findings=10)
     done = subprocess.run(
-        [sys.executable, "-m", "reconciler.audit_child"],
+        [sys.executable, "-m", "reconciler.state.audit_child"],
         input=job,
         capture_output=True,
         check=True,

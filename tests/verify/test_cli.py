@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from reconciler.cli import app
 from reconciler.cli.verify import render
-from reconciler.verify import Finding, LineageReport, VerifyReport
+from reconciler.engine.verify import Finding, LineageReport, VerifyReport
 from tests.verify.test_audit import overspend, sound
 
 SPEC = """\
@@ -123,7 +123,8 @@ def test_render_shows_hidden_findings_as_a_count() -> None:
 
 
 def test_the_public_api_is_chosen() -> None:
-    from reconciler import audit, verify
+    from reconciler.engine import verify
+    from reconciler.state import audit
 
     assert set(verify.__all__) == {
         "DEFAULT_TIMEOUT",

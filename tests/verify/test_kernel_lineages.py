@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.audit import audit_lineage
 from reconciler.kernel.generation import GenerationOutcome
+from reconciler.state.audit import audit_lineage
 from tests.kernel_generation.helpers import Fake, Lineage
 
 Run = Callable[..., GenerationOutcome]

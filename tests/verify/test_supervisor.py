@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.audit_child import REPORT_SCHEMA
-from reconciler.kernel.config import LineagePaths
-from reconciler.verify import (
+from reconciler.engine.verify import (
     AuditHandle,
     Child,
     child_env,
@@ -22,6 +20,8 @@ from reconciler.verify import (
     sanitize_report,
     start_background_audit,
 )
+from reconciler.kernel.config import LineagePaths
+from reconciler.state.audit_child import REPORT_SCHEMA
 
 GATE = 30.0
 PATHS = LineagePaths(
@@ -221,7 +221,7 @@ def test_the_job_names_the_lineages_and_the_child_runs_the_audit_module() -> Non
     handle = start_background_audit([("a", PATHS)], spawn=spawn)
     assert handle.result(GATE).outcome == "completed"
     argv, _ = spawn.calls[0]
-    assert argv[1:] == ["-m", "reconciler.audit_child"]
+    assert argv[1:] == ["-m", "reconciler.state.audit_child"]
     job = json.loads(spawn.child.stdin.getvalue())
     assert [entry["name"] for entry in job["lineages"]] == ["a"]
     assert job["lineages"][0]["git_dir"] == "/nowhere/a.git"

@@ -2,7 +2,7 @@
 
 No I/O except one check: a ``replay`` folder must exist (relative to the
 spec file's folder, given as the validation context ``{"base_dir": Path}``).
-Positions are the loader's business (``reconciler.load``); these models only
+Positions are the loader's business (``reconciler.spec.load``); these models only
 say *which field* is wrong and *why*, in words a user can act on.
 
 Every model forbids unknown keys (a typo must not pass silently) and is
@@ -31,9 +31,9 @@ from pydantic import (
     model_validator,
 )
 
-from reconciler import prices, units
 from reconciler.kernel import config as kc
 from reconciler.kernel.identity import is_object_id
+from reconciler.spec import prices, units
 
 __all__ = [
     "API_VERSION",

@@ -29,15 +29,15 @@ from tenacity import (
     wait_random,
 )
 
+from reconciler.engine.events import EventLog
+from reconciler.engine.locks import LineageLock
 from reconciler.errors import ApplyError, OuroError
-from reconciler.events import EventLog
 from reconciler.kernel import errors as kernel_errors
 from reconciler.kernel.config import Identity
-from reconciler.load import LoadedSpec
-from reconciler.locks import LineageLock
-from reconciler.observe import observe
 from reconciler.plan import LineagePlan, plan_lineage
-from reconciler.provenance import spec_provenance
+from reconciler.spec.load import LoadedSpec
+from reconciler.spec.provenance import spec_provenance
+from reconciler.state.observe import observe
 
 TRANSIENT_ATTEMPTS = 4
 

@@ -1,7 +1,7 @@
 """The audit's supervisor: one child per audit, stopped from either side of its start.
 
 Rule: the O(history) audit never runs in ouro's own process. ``AuditHandle``
-spawns ``python -m reconciler.audit_child`` in its own session (process group),
+spawns ``python -m reconciler.state.audit_child`` in its own session (process group),
 with an environment cut to an allowlist (no API keys), writes the job to its
 stdin and reads ONE report from its stdout, capped in size. The report is
 checked against a closed schema (``sanitize_report``); anything outside it is
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-from reconciler.audit import CODES, IDENTIFIER
-from reconciler.audit_child import DEFAULT_MAX_FINDINGS, REPORT_SCHEMA, encode_job
 from reconciler.kernel.config import LineagePaths
+from reconciler.state.audit import CODES, IDENTIFIER
+from reconciler.state.audit_child import DEFAULT_MAX_FINDINGS, REPORT_SCHEMA, encode_job
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -307,7 +307,7 @@ def spawn_child(argv: list[str], env: Mapping[str, str]) -> Child:
 
 
 def child_argv() -> list[str]:
-    return [sys.executable, "-m", "reconciler.audit_child"]
+    return [sys.executable, "-m", "reconciler.state.audit_child"]
 
 
 def child_env(source: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,11 +1,11 @@
-"""The audit's child process: ``python -m reconciler.audit_child``.
+"""The audit's child process: ``python -m reconciler.state.audit_child``.
 
 Rule: reads ONE job (JSON) from stdin, audits each lineage with
-``reconciler.audit`` (pure reading), writes ONE JSON report to stdout, exits 0.
+``reconciler.state.audit`` (pure reading), writes ONE JSON report to stdout, exits 0.
 Nothing else ever reaches stdout: while the audit runs, ``sys.stdout`` points at
 stderr, so a stray print cannot corrupt the report. The report carries no paths
 and no messages: codes, lineage names, generation numbers, counts, durations,
-and at most an exception's class name. The supervisor (``reconciler.verify``)
+and at most an exception's class name. The supervisor (``reconciler.engine.verify``)
 trusts none of it until it has checked it against the closed schema.
 """
 
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from reconciler.audit import IDENTIFIER, LineageAudit, audit_lineage, exception_class_name
 from reconciler.kernel.config import LineagePaths
+from reconciler.state.audit import IDENTIFIER, LineageAudit, audit_lineage, exception_class_name
 
 JOB_SCHEMA = "ouro-verify-job/v1"
 REPORT_SCHEMA = "ouro-verify-report/v1"

@@ -1,7 +1,7 @@
 """Plans and status as text (terraform-plan style), JSON (stable, versioned) and markdown.
 
 No decisions here: everything shown was decided by ``reconciler.plan`` or read
-by ``reconciler.observe``. Colour only on a terminal (rich decides; ``NO_COLOR``
+by ``reconciler.state.observe``. Colour only on a terminal (rich decides; ``NO_COLOR``
 is honoured). The JSON documents are versioned by ``format_version``: fields
 may be added, never renamed or dropped, without bumping it.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
-from reconciler.observe import StatusReport
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
+from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from reconciler.apply import LineageResult
+from reconciler.engine.apply import LineageResult
 
 
 class PlainReporter:

@@ -32,10 +32,9 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
-from reconciler import units
 from reconciler.errors import Problem, SpecError
 from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
-from reconciler.spec import API_VERSION, KIND, LineageSpec
+from reconciler.spec import API_VERSION, KIND, LineageSpec, units
 
 __all__ = [
     "MAX_FILE_BYTES",

@@ -37,7 +37,7 @@ PLANFILE_FORMAT = "ouro-plan-file/v1"
 
 
 class HeadsLike(Protocol):
-    """What freshness needs of an observed lineage (``reconciler.observe.Observed``)."""
+    """What freshness needs of an observed lineage (``reconciler.state.observe.Observed``)."""
 
     @property
     def lineage_head(self) -> str | None: ...

@@ -3,7 +3,7 @@
 Rule: this module only reads (pygit2, never a write, never a `git` process) and
 never needs a spec: per-generation budgets come from each observation's recorded
 constraints. It is O(history) and meant to run OFF the critical path, in its own
-interpreter (``reconciler.audit_child``, supervised by ``reconciler.verify``).
+interpreter (``reconciler.state.audit_child``, supervised by ``reconciler.engine.verify``).
 
 Unknown is not guilty: a history that cannot be read yields ``unknown`` with no
 findings, never an accusation. A finding names a stable code (``CODES``), the

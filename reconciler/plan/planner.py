@@ -1,13 +1,13 @@
 """Desired (specs) vs observed (repositories) -> one action per lineage.
 
 Rule: purely computational, no I/O here. Inputs are a loaded spec, an
-``Observed`` (read by ``reconciler.observe``) and this instrument's
+``Observed`` (read by ``reconciler.state.observe``) and this instrument's
 ``Identity``; the output says what apply would do, and, when it refuses, why
 and what a human should do about it. Checks run in a fixed order, most
 fundamental first, and the first that fails decides (``_REFUSAL_ORDER``).
 
 The observed side is described here as a protocol (``ObservedState``), which
-``reconciler.observe.Observed`` satisfies: the planner never imports the
+``reconciler.state.observe.Observed`` satisfies: the planner never imports the
 module that reads repositories.
 """
 
@@ -80,7 +80,7 @@ class InterruptedLike(Protocol):
 
 
 class ObservedState(Protocol):
-    """What the planner needs of an observed lineage (``reconciler.observe.Observed``)."""
+    """What the planner needs of an observed lineage (``reconciler.state.observe.Observed``)."""
 
     @property
     def paths(self) -> LineagePaths: ...
@@ -109,7 +109,7 @@ class ObservedState(Protocol):
 
 
 class PlanSpec(Protocol):
-    """What the planner needs of a spec (``reconciler.load.LoadedSpec`` has it all)."""
+    """What the planner needs of a spec (``reconciler.spec.load.LoadedSpec`` has it all)."""
 
     @property
     def name(self) -> str: ...
