@@ -11,7 +11,7 @@ Layers, top to bottom (a lower layer never imports a higher one):
     kernel     the physics; imports nothing above it
 
 Keep this module light: the kernel's broker runs ``python -m
-reconciler.kernel.broker`` once per generation and imports this package first.
+reconciler.kernel.broker_process`` once per generation and imports this package first.
 """
 
 __version__ = "0.1.0"

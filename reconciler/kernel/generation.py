@@ -7,7 +7,7 @@ else is a death that publishes nothing of the organism's.
     preflight   (reads only; PreflightError subclasses, nothing kept)
                 identity vs the root commit's metadata, observation metadata,
                 branches, balance, provider and key; then /kernel's manifest and
-                model.sock (held by the kernel, ``_Door``), the broker starting on
+                model.sock (held by the kernel, ``relay.Door``), the broker starting on
                 its own thread, the ceiling scope put in force
     1. uncommitted worktree edits -> commit `external edit` (CAS)     H
     2. intent marker <git_dir>/ouro-generation.json, phase running (exclusive)
@@ -29,15 +29,12 @@ SIGKILL itself there (whoever sets the kernel's environment controls it anyway).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import json
 import os
-import select
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -51,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pygit2
 
 from . import publish, recovery
+from .broker import CAPABILITIES_FILE, SOCKET_FILE, capabilities, check_config
 from .config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
@@ -81,6 +79,7 @@ from .formats import (
     subject_changed,
     subject_died,
 )
+from .relay import Door
 
 if TYPE_CHECKING:
     from .ceilings import Scope
@@ -111,11 +110,6 @@ KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
 JOURNAL_TAIL_LINES = 5
 OBSERVATION_TAIL_LINES = 20
 OBSERVATION_METADATA_FILE = "metadata.json"
-_SOCKET_FILE = "model.sock"  # as the broker names it (broker.SOCKET_FILE)
-_MANIFEST_FILE = "capabilities.json"
-_DOOR_BACKLOG = 16
-_DOOR_BUFFER = 1 << 16
-_DOOR_STALL_S = 30.0
 
 
 class _Either(threading.Event):
@@ -131,10 +125,8 @@ class _Either(threading.Event):
 
 def _write_manifest(kernel_dir: Path, constraints: dict[str, Any]) -> None:
     """/kernel/capabilities.json, exactly as the broker writes its own."""
-    from .broker import capabilities
-
     text = json.dumps(capabilities(constraints), indent=2, ensure_ascii=False) + "\n"
-    (kernel_dir / _MANIFEST_FILE).write_bytes(text.encode("utf-8"))
+    (kernel_dir / CAPABILITIES_FILE).write_bytes(text.encode("utf-8"))
 
 
 class GenerationCancelled(KernelError):
@@ -371,168 +363,21 @@ def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int) -> 
 
 
 def _check_provider(model: ModelConfig, api_key: str | None, generation: int, cursor: int) -> None:
-    from .broker import _check_config
-
-    _check_config(model, api_key, generation, cursor)
+    check_config(model, api_key, generation, cursor)
 
 
 # ---------------------------------------------------------------- the generation
 
 
-class _Door:
-    """The organism's ``/kernel/model.sock``, held by the kernel from before the sandbox starts.
-
-    The broker takes a while to come up (a fresh Python process); the organism should
-    not wait for it to *start*, only to *answer*. So the kernel binds the socket the
-    organism sees, and the broker its own, elsewhere. Connections wait in the door's
-    backlog until the broker is ready, then are relayed byte for byte, one at a time
-    (the broker serves one request at a time; every reply closes its connection).
-    Nothing is parsed here. Bounded: ``_DOOR_BACKLOG`` waiting connections (more are
-    closed at once), one chunk in flight, and an organism that stops reading its reply
-    is dropped after ``_DOOR_STALL_S``.
-    """
-
-    def __init__(self, kernel_dir: Path) -> None:
-        self.path = kernel_dir / _SOCKET_FILE
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.listener.bind(str(self.path))
-            self.listener.listen(_DOOR_BACKLOG)
-            self.listener.setblocking(False)
-        except OSError:
-            self.listener.close()
-            raise
-        self.upstream: str | None = None
-        self.refused = False
-        self.stopped = False
-        self.wake_r, self.wake_w = os.pipe()
-        self.thread = threading.Thread(target=self._serve, name="ouro-model-door", daemon=True)
-        self.thread.start()
-
-    def _poke(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self.wake_w, b"x")
-
-    def open(self, upstream: Path) -> None:
-        self.upstream = str(upstream)
-        self._poke()
-
-    def refuse(self) -> None:
-        self.refused = True
-        self._poke()
-
-    def close(self) -> None:
-        self.stopped = True
-        self._poke()
-        self.thread.join(_DOOR_STALL_S + 5)
-        for fd in (self.wake_r, self.wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def _serve(self) -> None:
-        waiting: collections.deque[socket.socket] = collections.deque()
-        pair: _Pair | None = None
-        try:
-            while not self.stopped:
-                if pair is None and waiting and (self.upstream or self.refused):
-                    pair = self._link(waiting.popleft())
-                    continue
-                watched: list[Any] = [self.listener, self.wake_r]
-                if pair is not None:
-                    watched += pair.watched()
-                ready = _readable(watched, 1.0)
-                if self.wake_r in ready:
-                    os.read(self.wake_r, 64)
-                if self.listener in ready:
-                    with contextlib.suppress(BlockingIOError, InterruptedError):
-                        client, _ = self.listener.accept()
-                        if len(waiting) >= _DOOR_BACKLOG:
-                            client.close()
-                        else:
-                            client.settimeout(_DOOR_STALL_S)
-                            waiting.append(client)
-                if pair is not None and not pair.move(ready):
-                    pair.close()
-                    pair = None
-        finally:
-            for client in waiting:
-                client.close()
-            if pair is not None:
-                pair.close()
-            self.listener.close()
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-
-    def _link(self, client: socket.socket) -> _Pair | None:
-        if self.refused or self.upstream is None:
-            client.close()
-            return None
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.settimeout(_DOOR_STALL_S)
-            upstream.connect(self.upstream)
-        except OSError:
-            upstream.close()
-            client.close()
-            return None
-        return _Pair(client, upstream)
-
-
-def _readable(watched: list[Any], timeout: float) -> list[Any]:
-    """poll(2), not select(2): a busy kernel process may hold descriptors above 1024."""
-    poller = select.poll()
-    by_fd = {}
-    for item in watched:
-        fd = item if isinstance(item, int) else item.fileno()
-        poller.register(fd, select.POLLIN)
-        by_fd[fd] = item
-    return [by_fd[fd] for fd, _ in poller.poll(int(timeout * 1000))]
-
-
 @dataclass
-class _Pair:
-    """One organism connection and its broker connection."""
-
-    client: socket.socket
-    upstream: socket.socket
-    request_done: bool = False  # the organism closed its sending side
-
-    def watched(self) -> list[socket.socket]:
-        return [self.upstream] if self.request_done else [self.client, self.upstream]
-
-    def move(self, ready: list[Any]) -> bool:
-        """Move what is ready, a chunk each way; False when the exchange is over or broken."""
-        try:
-            if not self.request_done and self.client in ready:
-                data = self.client.recv(_DOOR_BUFFER)
-                if data:
-                    self.upstream.sendall(data)
-                else:
-                    self.request_done = True
-                    self.upstream.shutdown(socket.SHUT_WR)
-            if self.upstream in ready:
-                data = self.upstream.recv(_DOOR_BUFFER)
-                if not data:
-                    return False  # the broker closes after every reply
-                self.client.sendall(data)
-        except OSError:
-            return False
-        return True
-
-    def close(self) -> None:
-        self.client.close()
-        self.upstream.close()
-
-
-@dataclass
-class _Attempt:
-    """What exists of one attempt, for cleanup."""
+class _Parts:
+    """What exists of one attempt (directories, door, broker, scope), for cleanup."""
 
     kernel_dir: Path  # mounted read-only at /kernel
     broker_dir: Path  # the broker's own socket and manifest; never mounted
     private_dir: Path
     scope: Scope | None = None  # until handed to the sandbox
-    door: _Door | None = None
+    door: Door | None = None
     broker: _BrokerLike | None = None
     broker_error: BaseException | None = None
     starter: threading.Thread | None = None
@@ -552,7 +397,7 @@ class _Attempt:
                 self.abort.set()  # a life without its model is no life: stop the sandbox
             else:
                 if self.door is not None:
-                    self.door.open(self.broker_dir / _SOCKET_FILE)
+                    self.door.open(self.broker_dir / SOCKET_FILE)
 
         self.starter = threading.Thread(target=target, name="ouro-broker-start", daemon=True)
         self.starter.start()
@@ -751,20 +596,20 @@ def run_generation(
     stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
     temp_prefix = recovery.KERNEL_DIR_PREFIX + recovery.scope_prefix(paths)
     temp_root = recovery.kernel_temp_root()
-    attempt = _Attempt(
+    parts = _Parts(
         kernel_dir=Path(tempfile.mkdtemp(prefix=temp_prefix, dir=temp_root)),
         broker_dir=Path(tempfile.mkdtemp(prefix=temp_prefix, dir=temp_root)),
         private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
     )
     try:
-        _write_manifest(attempt.kernel_dir, constraints)
-        attempt.door = _Door(attempt.kernel_dir)  # answers once the broker is up
-        attempt.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
+        _write_manifest(parts.kernel_dir, constraints)
+        parts.door = Door(parts.kernel_dir)  # answers once the broker is up
+        parts.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
                              generation=n, replay_cursor=cursor)
         with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
             runtime.reap_scopes("")
         scope_name = _scope_name(paths, n)
-        attempt.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
+        parts.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
         edited = _commit_external_edits(state.lineage, paths, state.head)
         head = edited or state.head
         if edited is not None:
@@ -775,9 +620,9 @@ def run_generation(
             "lineage_head": str(head.id),
             "observation_head": str(state.obs_head.id),
             "phase": "running",
-            "private_dir": str(attempt.private_dir),
-            "kernel_dir": str(attempt.kernel_dir),
-            "broker_dir": str(attempt.broker_dir),
+            "private_dir": str(parts.private_dir),
+            "kernel_dir": str(parts.kernel_dir),
+            "broker_dir": str(parts.broker_dir),
             "scope": scope_name,
             "pid": os.getpid(),
             "pid_start": _process_start(os.getpid()),
@@ -786,16 +631,20 @@ def run_generation(
         }
         publish.create_marker(paths, marker)
     except BaseException:  # no marker: nothing ran, no model was asked; undo and go
-        attempt.stop()
-        for leftover in (attempt.kernel_dir, attempt.broker_dir, attempt.private_dir):
+        parts.stop()
+        for leftover in (parts.kernel_dir, parts.broker_dir, parts.private_dir):
             shutil.rmtree(leftover, ignore_errors=True)
         raise
     try:
         # From here on a crash is recovered through the marker.
-        return _run(paths, state, head, edited, n, cursor, marker, attempt, model, ceilings,
-                    constraints, provenance, cancel, hook, runtime, started_at, clock)
+        return _run(_Attempt(
+            paths=paths, state=state, head=head, edited=edited, generation=n, cursor=cursor,
+            marker=marker, parts=parts, model=model, ceilings=ceilings,
+            constraints=constraints, provenance=provenance, cancel=cancel, hook=hook,
+            runtime=runtime, started_at=started_at, clock=clock,
+        ))
     except BaseException as exc:
-        attempt.stop()
+        parts.stop()
         try:
             recovery.recover(paths)
         except KernelError as recovery_error:
@@ -818,48 +667,57 @@ def _commit_external_edits(
     return commit
 
 
-def _run(
-    paths: LineagePaths,
-    state: _State,
-    head: pygit2.Commit,
-    edited: pygit2.Commit | None,
-    n: int,
-    cursor: int,
-    marker: dict[str, Any],
-    attempt: _Attempt,
-    model: ModelConfig,
-    ceilings: Ceilings,
-    constraints: dict[str, Any],
-    provenance: Provenance | None,
-    cancel: threading.Event | None,
-    hook: Callable[[str], None],
-    runtime: Runtime,
-    started_at: str,
-    clock: float,
-) -> GenerationOutcome:
+@dataclass(frozen=True, eq=False)
+class _Attempt:
+    """One attempt at a generation once its intent marker exists: all that ``_run`` needs."""
+
+    paths: LineagePaths
+    state: _State
+    head: pygit2.Commit  # H: the branch head the generation extends (after any external edit)
+    edited: pygit2.Commit | None  # the `external edit` commit, if one was made
+    generation: int
+    cursor: int  # replay responses consumed by earlier generations
+    marker: dict[str, Any]  # as written in phase running
+    parts: _Parts
+    model: ModelConfig
+    ceilings: Ceilings
+    constraints: dict[str, Any]
+    provenance: Provenance | None
+    cancel: threading.Event | None
+    hook: Callable[[str], None]
+    runtime: Runtime
+    started_at: str
+    clock: float  # time.monotonic() when run_generation began
+
+
+def _run(attempt: _Attempt) -> GenerationOutcome:
+    """Steps 3-8 of the transaction (the module's docstring)."""
+    paths, state, head, n = attempt.paths, attempt.state, attempt.head, attempt.generation
+    parts, runtime, hook, cancel = attempt.parts, attempt.runtime, attempt.hook, attempt.cancel
+    ceilings = attempt.ceilings
     lineage, observations = state.lineage, state.observations
     journal = _blob(lineage, head.tree, JOURNAL_FILE)
     # the kernel dir is a throwaway: written, not made durable
-    (attempt.kernel_dir / JOURNAL_FILE).write_bytes(journal)
-    (attempt.kernel_dir / "input.tar").write_bytes(
+    (parts.kernel_dir / JOURNAL_FILE).write_bytes(journal)
+    (parts.kernel_dir / "input.tar").write_bytes(
         publish.input_archive(lineage, head.tree, head.commit_time))
 
-    scope, attempt.scope = attempt.scope, None
+    scope, parts.scope = parts.scope, None
     result = runtime.run_sandbox(
-        kernel_dir=attempt.kernel_dir, ceilings=ceilings, scope_name=_scope_name(paths, n),
-        cancel=_Either(attempt.abort, cancel), scope=scope,
+        kernel_dir=parts.kernel_dir, ceilings=ceilings, scope_name=_scope_name(paths, n),
+        cancel=_Either(parts.abort, cancel), scope=scope,
     )
     hook("after-sandbox")
     # The organism is gone, so nobody can ask the broker anything: kill it (no graceful
     # wait) and take its audit, which is complete: a request it was still serving is on
     # record as pending with its worst case accounted.
-    if attempt.door is not None:
-        attempt.door.close()
-        attempt.door = None
-    broker = attempt.ready()  # the broker's own failure (the sandbox was stopped) raises here
-    attempt.broker = None
+    if parts.door is not None:
+        parts.door.close()
+        parts.door = None
+    broker = parts.ready()  # the broker's own failure (the sandbox was stopped) raises here
+    parts.broker = None
     broker.kill()
-    calls = runtime.read_audit(attempt.private_dir)
+    calls = runtime.read_audit(parts.private_dir)
     spend = recovery.spend(calls)
     if getattr(result, "cancelled", False) or (cancel is not None and cancel.is_set()):
         recovery.recover(paths)
@@ -871,14 +729,14 @@ def _run(
     outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, _now())
     commit_id = publish.create_commit(lineage, outcome.tree, head.id, outcome.subject)
     hook("after-lineage-object")
-    marker.update(phase="publishing", lineage_commit=str(commit_id))
-    publish.write_marker(paths, marker)
+    publish.write_marker(paths, dict(attempt.marker, phase="publishing",
+                                     lineage_commit=str(commit_id)))
 
     record = _observation(
-        n=n, started_at=started_at, duration_ms=int((time.monotonic() - clock) * 1000),
-        result=result, outcome=outcome, commit=commit_id, model=model,
-        constraints=constraints, calls=calls, spend=spend, provenance=provenance,
-        cursor=cursor,
+        n=n, started_at=attempt.started_at,
+        duration_ms=int((time.monotonic() - attempt.clock) * 1000), result=result,
+        outcome=outcome, commit=commit_id, model=attempt.model, constraints=attempt.constraints,
+        calls=calls, spend=spend, provenance=attempt.provenance, cursor=attempt.cursor,
     )
     data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
     obs_path = observation_path(n)
@@ -903,7 +761,7 @@ def _run(
     publish.checkout_worktree(lineage, commit, progress)
     hook("before-marker-removal")
     publish.remove_marker(paths)
-    for leftover in (attempt.kernel_dir, attempt.broker_dir, attempt.private_dir):
+    for leftover in (parts.kernel_dir, parts.broker_dir, parts.private_dir):
         shutil.rmtree(leftover, ignore_errors=True)
     return GenerationOutcome(
         generation=n,
@@ -912,9 +770,9 @@ def _run(
         lineage_commit=str(commit_id),
         observation_commit=str(obs_commit.id),
         accounted_usd=spend,
-        duration_ms=int((time.monotonic() - clock) * 1000),
+        duration_ms=int((time.monotonic() - attempt.clock) * 1000),
         exit_status=result.exit_status,
-        external_edit=str(edited.id) if edited is not None else None,
+        external_edit=str(attempt.edited.id) if attempt.edited is not None else None,
     )
 
 

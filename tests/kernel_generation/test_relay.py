@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.generation import _Door
+from reconciler.kernel.relay import Door
 
 
 class Upstream:
@@ -52,14 +52,14 @@ class Upstream:
 
 
 @pytest.fixture
-def door(tmp_path: Path) -> Iterator[_Door]:
+def door(tmp_path: Path) -> Iterator[Door]:
     (tmp_path / "kernel").mkdir()
-    opened = _Door(tmp_path / "kernel")
+    opened = Door(tmp_path / "kernel")
     yield opened
     opened.close()
 
 
-def connect(door: _Door) -> socket.socket:
+def connect(door: Door) -> socket.socket:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.settimeout(10)
     client.connect(str(door.path))
@@ -73,7 +73,7 @@ def read_all(client: socket.socket) -> bytes:
     return data
 
 
-def test_connections_wait_until_the_broker_answers(door: _Door, tmp_path: Path) -> None:
+def test_connections_wait_until_the_broker_answers(door: Door, tmp_path: Path) -> None:
     client = connect(door)
     client.sendall(b"hello")
     time.sleep(0.3)  # no broker yet: the connection waits, it is not refused
@@ -86,7 +86,7 @@ def test_connections_wait_until_the_broker_answers(door: _Door, tmp_path: Path) 
     upstream.close()
 
 
-def test_half_closed_request_does_not_make_the_kernel_spin(door: _Door, tmp_path: Path) -> None:
+def test_half_closed_request_does_not_make_the_kernel_spin(door: Door, tmp_path: Path) -> None:
     upstream = Upstream(tmp_path / "broker.sock", delay=1.5)
     door.open(upstream.path)
     client = connect(door)
@@ -100,7 +100,7 @@ def test_half_closed_request_does_not_make_the_kernel_spin(door: _Door, tmp_path
     upstream.close()
 
 
-def test_refused_broker_closes_waiting_connections(door: _Door) -> None:
+def test_refused_broker_closes_waiting_connections(door: Door) -> None:
     client = connect(door)
     client.sendall(b"hello")
     door.refuse()
@@ -108,7 +108,7 @@ def test_refused_broker_closes_waiting_connections(door: _Door) -> None:
         assert read_all(client) == b""
 
 
-def test_a_flood_of_connections_is_bounded(door: _Door, tmp_path: Path) -> None:
+def test_a_flood_of_connections_is_bounded(door: Door, tmp_path: Path) -> None:
     flood = []
     for _ in range(64):
         try:
@@ -139,7 +139,7 @@ def test_a_flood_of_connections_is_bounded(door: _Door, tmp_path: Path) -> None:
 
 def test_close_removes_the_socket(tmp_path: Path) -> None:
     (tmp_path / "kernel").mkdir()
-    opened = _Door(tmp_path / "kernel")
+    opened = Door(tmp_path / "kernel")
     assert opened.path.exists()
     opened.close()
     assert not opened.path.exists()
