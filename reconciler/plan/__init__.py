@@ -17,10 +17,12 @@ from reconciler.plan.planner import (
     ObservedState,
     Plan,
     PlanSpec,
+    Refusal,
     changes_against,
     desired_generations,
     make_plan,
     plan_lineage,
+    refusals,
 )
 
 __all__ = [
@@ -31,8 +33,10 @@ __all__ = [
     "ObservedState",
     "Plan",
     "PlanSpec",
+    "Refusal",
     "changes_against",
     "desired_generations",
     "make_plan",
     "plan_lineage",
+    "refusals",
 ]

@@ -3,8 +3,10 @@
 Rule: purely computational, no I/O here. Inputs are a loaded spec, an
 ``Observed`` (read by ``reconciler.state.observe``) and this instrument's
 ``Identity``; the output says what apply would do, and, when it refuses, why
-and what a human should do about it. Checks run in a fixed order, most
-fundamental first, and the first that fails decides (``_REFUSAL_ORDER``).
+and what a human should do about it. Refusal checks run in a fixed order, most
+fundamental first (``_REFUSAL_ORDER``), and every one that fails is reported:
+the first is the plan's ``reason``, all are its ``refusals``, each with its
+remedy (``reconciler.plan.remedies``).
 
 The observed side is described here as a protocol (``ObservedState``), which
 ``reconciler.state.observe.Observed`` satisfies: the planner never imports the
@@ -13,6 +15,7 @@ module that reads repositories.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -26,6 +29,7 @@ from reconciler.kernel.config import (
     ModelConfig,
     constraints_manifest,
 )
+from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 
 __all__ = [
     "ACTIONS",
@@ -35,10 +39,12 @@ __all__ = [
     "ObservedState",
     "Plan",
     "PlanSpec",
+    "Refusal",
     "changes_against",
     "desired_generations",
     "make_plan",
     "plan_lineage",
+    "refusals",
 ]
 
 Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse"]
@@ -148,6 +154,14 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """One reason apply would refuse a lineage, and the message naming its remedy."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
 class LineagePlan:
     name: str
     action: Action
@@ -163,6 +177,9 @@ class LineagePlan:
     notes: tuple[str, ...] = ()  # warnings that do not change the action (dirty worktree, ...)
     interrupted: str | None = None  # roll-forward | discard | cleanup
     branches: dict[str, str] = field(default_factory=dict)  # {"lineage": .., "observation": ..}
+    # Every reason a refused lineage is refused for, in a stable order; the first is
+    # ``reason`` / ``message``.
+    refusals: tuple[Refusal, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -194,6 +211,9 @@ class Plan:
 # ---------------------------------------------------------------- checks
 
 
+_Check = Callable[[PlanSpec, ObservedState, Identity], str | None]
+
+
 def _short(object_id: Any) -> str:
     return f"{str(object_id)[:12]}…" if object_id else "unknown"
 
@@ -203,6 +223,7 @@ def _problem_messages(observed: ObservedState, code: str) -> str:
 
 
 def _pin(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+    del observed
     pin = spec.instrument_pin
     if not pin:
         return None
@@ -211,43 +232,53 @@ def _pin(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
         return None
     return (
         f"lineage {spec.name}: the spec pins instrument {_short(wanted)}; this ouro is "
-        f"{_short(me.commit)}: run the ouro at {_short(wanted)}, or change "
-        "spec.instrument.commit"
+        f"{_short(me.commit)}: " + remedy("spec-pin-mismatch", wanted=_short(wanted))
     )
 
 
-def _from_problems(code: str, remedy: str) -> Callable[[PlanSpec, ObservedState, Identity],
-                                                                str | None]:
+def _from_problems(code: Reason) -> _Check:
     def check(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
         del me
         found = _problem_messages(observed, code)
-        return f"lineage {spec.name}: {found}: {remedy}" if found else None
+        return f"lineage {spec.name}: {found}: {remedy(code)}" if found else None
 
     return check
 
 
 def _commit_drift(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
-    meta = observed.lineage_metadata or {}
+    meta = observed.lineage_metadata
+    if meta is None:  # unreadable or absent metadata is its own reason (no-metadata)
+        return None
     born = meta.get("instrument_commit")
     if born == me.commit:
         return None
+    if foreign_instrument(meta, me):
+        return (
+            f"lineage {spec.name} was written by another instrument, "
+            f"{instrument_name(meta)} with fingerprint "
+            f"{_short(meta.get('instrument_fingerprint'))}, not by an ouro kernel: "
+            + remedy("instrument-commit-drift/foreign")
+        )
     return (
         f"lineage {spec.name} was started by instrument {_short(born)} (fingerprint "
         f"{_short(meta.get('instrument_fingerprint'))}); this ouro is {_short(me.commit)}: "
-        "run the ouro at that commit, or start a new lineage"
+        + remedy("instrument-commit-drift")
     )
 
 
 def _fingerprint_drift(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
-    meta = observed.lineage_metadata or {}
+    meta = observed.lineage_metadata
+    # A different commit is already a refusal that names the fingerprint too.
+    if meta is None or meta.get("instrument_commit") != me.commit:
+        return None
     born = meta.get("instrument_fingerprint")
     if born == me.fingerprint:
         return None
     return (
         f"lineage {spec.name} was started by instrument {_short(me.commit)} with kernel "
         f"fingerprint {_short(born)}; this ouro's kernel files fingerprint as "
-        f"{_short(me.fingerprint)} (same commit, different physics): run an unmodified "
-        "ouro at that commit, or start a new lineage"
+        f"{_short(me.fingerprint)} (same commit, different physics): "
+        + remedy("fingerprint-drift")
     )
 
 
@@ -274,36 +305,37 @@ def _observation_disagrees(
         return None
     return (
         f"lineage {spec.name}: the observation repo disagrees with the lineage ("
-        + "; ".join(found)
-        + "): run `ouro verify`, restore the observation repo that belongs to this "
-        "lineage, or start a new lineage"
+        + "; ".join(found) + "): " + remedy("observation-disagrees")
     )
 
 
-_Check = Callable[[PlanSpec, ObservedState, Identity], str | None]
+# Every check runs; a refusal lists all that fail, in this order (most fundamental first).
 _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
-    ("not-a-lineage", _from_problems(
-        "not-a-lineage",
-        "point spec.storage at the lineage's places, or move what is there away")),
-    ("branch-mismatch", _from_problems(
-        "branch-mismatch",
-        "check out the spec's branch in that repository, or set spec.storage.branch / "
-        "observation_branch to the lineage's branches")),
-    ("no-metadata", _from_problems(
-        "no-metadata",
-        "ouro reads lineages of older instruments but never extends them; start a new lineage")),
-    ("partial-paths", _from_problems(
-        "partial-paths",
-        "restore the missing places from a backup, or move the remaining ones away so that "
-        "apply starts a new lineage")),
+    ("spec-pin-mismatch", _pin),
+    ("not-a-lineage", _from_problems("not-a-lineage")),
+    ("branch-mismatch", _from_problems("branch-mismatch")),
+    ("no-metadata", _from_problems("no-metadata")),
+    ("partial-paths", _from_problems("partial-paths")),
     ("instrument-commit-drift", _commit_drift),
     ("fingerprint-drift", _fingerprint_drift),
     ("observation-disagrees", _observation_disagrees),
-    ("unbalanced", _from_problems(
-        "unbalanced",
-        "generation commits and observations disagree beyond recovery; run `ouro verify` "
-        "for the details, restore both repos from a backup, or start a new lineage")),
+    ("unbalanced", _from_problems("unbalanced")),
 )
+
+
+def refusals(spec: PlanSpec, observed: ObservedState, me: Identity) -> tuple[Refusal, ...]:
+    """Every reason apply would refuse this lineage for, in ``_REFUSAL_ORDER``. Pure.
+
+    A lineage none of whose places exist is only checked against the spec's pin:
+    the rest are facts about an existing lineage.
+    """
+    table = _REFUSAL_ORDER if observed.any_exists else _REFUSAL_ORDER[:1]
+    found: list[Refusal] = []
+    for reason, check in table:
+        message = check(spec, observed, me)
+        if message:
+            found.append(Refusal(reason, message))
+    return tuple(found)
 
 
 # ---------------------------------------------------------------- changes
@@ -377,9 +409,12 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
                       "observation": observed.paths.observation_branch},
         )
 
-    pinned = _pin(spec, observed, instrument)
-    if pinned:
-        return result("refuse", pinned, reason="spec-pin-mismatch")
+    found = refusals(spec, observed, instrument)
+    if found:
+        first = found[0]
+        return dataclasses.replace(
+            result("refuse", first.message, reason=first.reason), refusals=found
+        )
     if not observed.any_exists:
         return result(
             "create",
@@ -387,10 +422,6 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
             f"{desired} generation(s)",
             missing=desired,
         )
-    for reason, check in _REFUSAL_ORDER:
-        message = check(spec, observed, instrument)
-        if message:
-            return result("refuse", message, reason=reason)
     if observed.interrupted is not None:
         after = have + (1 if observed.interrupted.kind == "roll-forward" else 0)
         missing = max(0, desired - after)

@@ -86,7 +86,10 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
         action = item.action + (f" ({item.reason})" if item.reason else "")
         lines.append((f"  {marker} {item.name:<{width}}  {action:<12}  {_numbers(item)}",
                       _STYLES[item.action]))
-        if item.action in ("refuse", "recover", "ahead"):
+        if item.refusals:
+            for refusal in item.refusals:
+                lines.append((f"      {refusal.reason}: {refusal.message}", None))
+        elif item.action in ("refuse", "recover", "ahead"):
             lines.append((f"      {item.message}", None))
         for change in item.changes:
             lines.append((f"      ~ {_change_text(change)}", "yellow"))
@@ -124,8 +127,9 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
     return {
         "name": item.name,
         "action": item.action,
-        "reason": item.reason,
+        "reason": item.reason,  # the first of "reasons" (kept for existing consumers)
         "message": item.message,
+        "reasons": [{"reason": r.reason, "message": r.message} for r in item.refusals],
         "observed_generations": item.observed_generations,
         "desired_generations": item.desired_generations,
         "missing_generations": item.missing_generations,
@@ -167,6 +171,16 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _reasons_cell(item: LineagePlan) -> str:
+    reasons: list[str | None] = [r.reason for r in item.refusals] or [item.reason]
+    return "<br>".join(f"`{reason}`" for reason in reasons)
+
+
+def _messages_cell(item: LineagePlan) -> str:
+    messages = [r.message for r in item.refusals] or [item.message]
+    return "<br>".join(_cell(message) for message in messages)
+
+
 def plan_markdown(plan: Plan) -> str:
     out = ["### ouro plan", "", f"**{summary_line(plan)}**", "",
            f"Instrument `{plan.instrument.commit[:12]}`.", ""]
@@ -178,8 +192,8 @@ def plan_markdown(plan: Plan) -> str:
         out.append("")
         if action == "refuse":
             out += ["| lineage | reason | observed | what to do |", "|---|---|---:|---|"]
-            out += [f"| `{_cell(i.name)}` | `{i.reason}` | {i.observed_generations} | "
-                    f"{_cell(i.message)} |" for i in items]
+            out += [f"| `{_cell(i.name)}` | {_reasons_cell(i)} | {i.observed_generations} | "
+                    f"{_messages_cell(i)} |" for i in items]
         else:
             out += ["| lineage | observed | desired | missing | worst-case spend | changes |",
                     "|---|---:|---:|---:|---:|---|"]

@@ -265,3 +265,81 @@ def test_loaded_spec_generations_are_read_from_the_document() -> None:
         name: str = "z"
 
     assert desired_generations(Loaded(Document())) == 9  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- every reason at once
+
+FOREIGN_META = {**META, "instrument_repository": "https://github.com/scottviteri/ouroboros",
+                "instrument_ref": "main-with-debian-emacs-path",
+                "instrument_commit": OTHER_COMMIT, "instrument_fingerprint": "0" * 64}
+
+
+@pytest.mark.parametrize(
+    ("id_", "spec", "seen", "reasons"),
+    [
+        ("branch-and-foreign-instrument", FakeSpec(),
+         {**problem("branch-mismatch", "has no branch 'lineage-x' (HEAD is on 'peer')"),
+          "lineage_metadata": FOREIGN_META,
+          "observation_metadata": {**OBS_META, **FOREIGN_META,
+                                   "schema": "ouroboros-observations/v1"}},
+         ["branch-mismatch", "instrument-commit-drift"]),
+        ("pin-problems-drift-and-balance", FakeSpec(instrument_pin=OTHER_COMMIT),
+         {"problems": (ReadProblem("unbalanced", "3 commits, 1 observation"),
+                       ReadProblem("partial-paths", "missing: /l/x"),
+                       ReadProblem("not-a-lineage", "odd root")),
+          "lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT}},
+         ["spec-pin-mismatch", "not-a-lineage", "partial-paths", "instrument-commit-drift",
+          "observation-disagrees", "unbalanced"]),
+        ("no-metadata-is-not-also-drift", FakeSpec(),
+         {**problem("no-metadata"), "lineage_metadata": None}, ["no-metadata"]),
+        ("commit-drift-is-not-also-fingerprint-drift", FakeSpec(),
+         {"lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT,
+                               "instrument_fingerprint": "0" * 64},
+          "observation_metadata": {**OBS_META, "instrument_commit": OTHER_COMMIT,
+                                   "instrument_fingerprint": "0" * 64}},
+         ["instrument-commit-drift"]),
+        ("nothing-exists-only-the-pin", FakeSpec(instrument_pin=OTHER_COMMIT),
+         {**NOTHING, **problem("partial-paths")}, ["spec-pin-mismatch"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_a_refusal_lists_every_reason_in_order(
+    id_: str, spec: FakeSpec, seen: dict[str, Any], reasons: list[str]
+) -> None:
+    result = plan_lineage(spec, observed(**seen), ME)
+    assert [r.reason for r in result.refusals] == reasons
+    assert (result.reason, result.message) == (reasons[0], result.refusals[0].message)
+    order = [reason for reason in REASONS if reason in reasons]
+    assert reasons == order  # the stable order is REASONS' order
+    assert all(r.message.startswith("lineage x") for r in result.refusals)
+    assert result.observed_generations == seen.get("generations", 3)
+
+
+def test_a_lineage_of_another_instrument_names_it_and_says_ouro_does_not_extend_it() -> None:
+    result = plan_lineage(FakeSpec(), observed(lineage_metadata=FOREIGN_META,
+                                               observation_metadata={
+                                                   **OBS_META, **FOREIGN_META,
+                                                   "schema": "ouroboros-observations/v1"}), ME)
+    assert result.reason == "instrument-commit-drift"
+    for words in ("https://github.com/scottviteri/ouroboros", "main-with-debian-emacs-path",
+                  OTHER_COMMIT, "not by an ouro kernel", "reads and verifies",
+                  "does not extend"):
+        assert words in result.message
+    assert "run the ouro at that commit" not in result.message
+
+
+def test_an_ouro_lineage_of_another_commit_is_told_to_run_that_ouro() -> None:
+    # Same repository by name, even through another URL form: ouro's own lineage.
+    meta = {**META, "instrument_commit": OTHER_COMMIT,
+            "instrument_repository": "git@example.invalid:ouro"}
+    result = plan_lineage(FakeSpec(), observed(lineage_metadata=meta,
+                                               observation_metadata={**OBS_META, **meta,
+                                                   "schema": "ouroboros-observations/v1"}), ME)
+    assert "run the ouro at that commit" in result.message
+    assert "another instrument" not in result.message
+
+
+def test_every_reason_has_a_remedy_in_the_one_table() -> None:
+    from reconciler.plan.remedies import REMEDIES
+
+    assert set(REASONS) <= {key.split("/")[0] for key in REMEDIES}

@@ -116,3 +116,40 @@ def test_empty_plan() -> None:
     print_plan(plan, out)
     assert out.getvalue().strip() == summary_line(plan)
     assert plan.exit_code == 0
+
+
+def _twice_refused() -> Plan:
+    from reconciler.plan import Refusal
+
+    refusals = (Refusal("branch-mismatch", "lineage a: no branch 'lineage-a': check out"),
+                Refusal("instrument-commit-drift", "lineage a: written by another | tool"))
+    base = item("a", "refuse", reason="branch-mismatch")
+    refused = LineagePlan(**{**base.__dict__, "message": refusals[0].message,
+                             "refusals": refusals})
+    return Plan(lineages=(refused,), instrument=ME, counts={"refuse": 1})
+
+
+def test_every_reason_is_shown_in_text_json_and_markdown() -> None:
+    plan = _twice_refused()
+    out = io.StringIO()
+    print_plan(plan, out)
+    lines = out.getvalue().splitlines()
+    assert "      branch-mismatch: lineage a: no branch 'lineage-a': check out" in lines
+    assert "      instrument-commit-drift: lineage a: written by another | tool" in lines
+    assert "3 generations observed" in lines[0]
+    (document,) = json.loads(plan_json(plan))["lineages"]
+    assert document["reason"] == "branch-mismatch"  # the first, for existing consumers
+    assert document["message"] == "lineage a: no branch 'lineage-a': check out"
+    assert document["reasons"] == [
+        {"reason": "branch-mismatch", "message": "lineage a: no branch 'lineage-a': check out"},
+        {"reason": "instrument-commit-drift",
+         "message": "lineage a: written by another | tool"}]
+    markdown = plan_markdown(plan)
+    assert ("| `a` | `branch-mismatch`<br>`instrument-commit-drift` | 3 | lineage a: no "
+            "branch 'lineage-a': check out<br>lineage a: written by another \\| tool |"
+            ) in markdown
+
+
+def test_json_of_a_lineage_that_is_not_refused_has_no_reasons() -> None:
+    document = json.loads(plan_json(sample_plan()))
+    assert all(entry["reasons"] == [] for entry in document["lineages"])
