@@ -1,6 +1,7 @@
 """The command line: parse, call, render, exit code. Thin by rule.
 
-One module per command group; each exposes a ``register(app)``. Typer (in
+One module per command; each exposes a ``register(app)`` (add it to the list below).
+Options more than one command takes are declared once, in ``options``. Typer (in
 standalone mode) owns usage errors: an unknown option, a missing argument or a
 bad value prints its usage message and exits 2. Every other error that reaches
 ``main`` is printed as one clear message and never a traceback: an ``OuroError``
@@ -15,7 +16,7 @@ import sys
 
 import typer
 
-from reconciler.cli import apply, doctor, plan, validate, verify
+from reconciler.cli import apply, doctor, plan, schema, status, validate, verify
 from reconciler.errors import OuroError
 
 app = typer.Typer(
@@ -26,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (validate, plan, apply, verify, doctor):
+for _module in (validate, schema, plan, status, apply, verify, doctor):
     _module.register(app)
 
 

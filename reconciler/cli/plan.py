@@ -1,4 +1,4 @@
-"""CLI: `ouro plan` (what apply would do, changing nothing) and `ouro status`.
+"""CLI: `ouro plan`: what apply would do, changing nothing.
 
 Thin by rule: load specs, observe, plan, render, exit code. Plan never writes
 anything but the plan file it is asked for (``-o``).
@@ -12,27 +12,18 @@ from typing import Annotated
 
 import typer
 
+from reconciler.cli.options import Json, SpecPaths, StateDir
 from reconciler.errors import OuroError
-
-PathsArgument = Annotated[
-    list[Path], typer.Argument(help="spec files or folders (all *.yaml / *.yml under them)")
-]
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option("--state-dir", help="default folder of lineages (else OURO_STATE_DIR, "
-                 "else the XDG data home's ouro/lineages)"),
-]
 
 
 def plan_command(
-    paths: PathsArgument,
-    as_json: Annotated[bool, typer.Option("--json", help="print a versioned JSON document")]
-    = False,
+    paths: SpecPaths,
+    as_json: Json = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="print a pull-request comment")]
     = False,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="save the plan for apply")]
     = None,
-    state_dir: StateDirOption = None,
+    state_dir: StateDir = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
     from reconciler.plan import make_plan
@@ -60,28 +51,5 @@ def plan_command(
     raise SystemExit(plan.exit_code)
 
 
-def status_command(
-    paths: PathsArgument,
-    as_json: Annotated[bool, typer.Option("--json", help="print a versioned JSON document")]
-    = False,
-    state_dir: StateDirOption = None,
-) -> None:
-    """What each lineage is now: generations, outcomes, deaths, spend, journal, heads."""
-    from reconciler.report.render import StatusLine, print_status, status_json
-    from reconciler.spec.load import load_specs
-    from reconciler.state.observe import observe, read_status
-
-    specs = load_specs(paths, state_dir=state_dir)
-    lines = []
-    for spec in specs:
-        lineage = spec.paths()
-        lines.append(StatusLine(spec.name, read_status(lineage, observe(lineage))))
-    if as_json:
-        sys.stdout.write(status_json(lines))
-    else:
-        print_status(lines)
-
-
 def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
-    app.command("status")(status_command)

@@ -1,34 +1,19 @@
-"""CLI: `ouro validate PATH...` and `ouro schema`."""
+"""CLI: `ouro validate PATH...`: load and check specs, every problem on stderr."""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from reconciler.cli.options import SpecPaths, StateDir
 from reconciler.errors import SpecError
-from reconciler.spec import json_schema
-from reconciler.spec.load import load_specs
 
 
-def schema_text() -> str:
-    """The JSON Schema exactly as committed in schema.json (stable order, final newline)."""
-    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
-
-
-def validate(
-    paths: Annotated[
-        list[Path], typer.Argument(help="spec files or folders (every *.yaml/*.yml below)")
-    ],
-    state_dir: Annotated[
-        Path | None,
-        typer.Option("--state-dir", help="where lineages live by default (else OURO_STATE_DIR)"),
-    ] = None,
-) -> None:
+def validate(paths: SpecPaths, state_dir: StateDir = None) -> None:
     """Load and check specs: exit 0 when all are valid, 1 with every problem on stderr."""
+    from reconciler.spec.load import load_specs
+
     try:
         loaded = load_specs(paths, state_dir=state_dir)
     except SpecError as error:
@@ -50,11 +35,5 @@ def validate(
     )
 
 
-def schema() -> None:
-    """Print the JSON Schema of a spec document (the committed schema.json)."""
-    sys.stdout.write(schema_text())
-
-
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
-    app.command("schema")(schema)

@@ -93,8 +93,18 @@ class LineageResult:
     final_action: str | None = None
     final_generations: int | None = None
     desired_generations: int = 0
+    audit: dict[str, Any] | None = None  # the background audit's verdict, once it is in
+
+    @classmethod
+    def not_run(cls, item: LineagePlan) -> LineageResult:
+        """A planned lineage apply did not run (in sync, or stopped first): as planned."""
+        return cls(item.name, item.action,
+                   refusal=item.message if item.action == "refuse" else None,
+                   final_action=item.action, final_generations=item.observed_generations,
+                   desired_generations=item.desired_generations)
 
     def as_json(self) -> dict[str, Any]:
+        """The lineage's entry in apply's JSON report."""
         return {
             "name": self.name,
             "planned_action": self.planned_action,
@@ -107,6 +117,7 @@ class LineageResult:
             "final_action": self.final_action,
             "observed_generations": self.final_generations,
             "desired_generations": self.desired_generations,
+            "audit": self.audit,
         }
 
 
@@ -118,6 +129,7 @@ class Reporter(Protocol):
     def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None: ...
     def lineage_finished(self, result: LineageResult) -> None: ...
     def note(self, message: str) -> None: ...
+    def close(self) -> None: ...
 
 
 def default_parallelism(specs: Sequence[LoadedSpec]) -> int:

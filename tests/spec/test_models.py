@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reconciler.cli.validate import schema_text
 from reconciler.kernel import config as kc
+from reconciler.report.schema import schema_text
 from reconciler.spec import (
     CeilingsSpec,
     LineageSpec,

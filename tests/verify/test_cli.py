@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from reconciler.cli import app
-from reconciler.cli.verify import render
 from reconciler.engine.verify import Finding, LineageReport, VerifyReport
+from reconciler.report.verify import verify_text as render
 from tests.verify.test_audit import overspend, sound
 
 SPEC = """\

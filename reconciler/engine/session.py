@@ -1,0 +1,242 @@
+"""One `ouro apply`, from request to outcome: the orchestration the CLI only calls.
+
+The flow is fixed and visible: load, observe, plan, show, refuse the whole apply
+if it cannot be afforded, confirm, run, audit, report. Ctrl-C once: running
+generations finish, no new ones start; twice: running generations end now,
+publishing nothing. Either way the repositories are left consistent.
+
+The CLI parses its options into an ``ApplyRequest`` (one field per option) and
+calls ``apply``; what the person sees and answers goes through the ``ApplyUI``
+it passes (this layer renders nothing), and the returned ``ApplyOutcome``
+carries everything the report shows and the exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+from reconciler.engine.apply import (
+    Engine,
+    Limits,
+    LineageResult,
+    Reporter,
+    check_spend,
+    default_parallelism,
+)
+from reconciler.engine.audits import AuditBatches
+from reconciler.engine.events import EventLog
+from reconciler.errors import ApplyError, PlanFileError
+from reconciler.kernel.config import Identity
+from reconciler.plan import LineagePlan, Plan, make_plan
+from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
+from reconciler.spec.load import LoadedSpec, load_specs
+from reconciler.spec.load import state_dir as resolve_state_dir
+from reconciler.state import instrument
+from reconciler.state.observe import observe
+
+EXIT_INTERRUPTED = 130
+EVENTS_FILE = "events.jsonl"  # under the state dir
+
+
+@dataclass(frozen=True)
+class ApplyRequest:
+    """What `ouro apply` was asked, parsed: one field per option (add new ones here)."""
+
+    paths: tuple[Path, ...]  # spec files or folders, or one saved plan (*.json)
+    state_dir: Path | None = None
+    select: tuple[str, ...] = ()  # only these lineages; empty: all
+    parallel: int | None = None  # lineages at once; None: what cores and quotas allow
+    max_spend: Decimal | None = None  # refuse the whole apply above this worst case
+    deadline_seconds: float | None = None  # start no generation after this long
+    max_generations: int | None = None  # in all
+    lock_timeout: float = 60.0  # seconds to wait for a lineage another apply holds
+
+
+class ApplyUI(Protocol):
+    """What the person sees and answers before anything runs (the CLI's side)."""
+
+    def show_plan(self, plan: Plan) -> None: ...
+
+    def confirm(self, worst_usd: Decimal) -> bool:
+        """May the plan run? Asked only when it would run something."""
+        ...
+
+
+class ClosingReporter(Reporter, Protocol):
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What one apply did, lineage by lineage (in spec order), and how it stopped."""
+
+    lineages: list[LineageResult]
+    interrupted: bool
+    stopped_by: str | None  # "interrupt", "deadline", "max-generations" or None
+    event_log_failed: str | None  # why the event log could not be written, if it could not
+
+    @property
+    def failed(self) -> list[LineageResult]:
+        return [r for r in self.lineages
+                if r.errors or r.refusal or r.final_action == "refuse"]
+
+    @property
+    def unfinished(self) -> list[LineageResult]:
+        return [r for r in self.lineages if r.final_action in ("create", "extend", "recover")]
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted; 1 a failure, or unfinished work no limit asked for; else 0."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.failed:
+            return 1
+        if self.unfinished and self.stopped_by not in ("deadline", "max-generations"):
+            return 1
+        return 0
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    specs: list[LoadedSpec]
+    plan: Plan
+
+    def jobs(self) -> tuple[list[tuple[LoadedSpec, LineagePlan]], list[tuple[LoadedSpec,
+                                                                             LineagePlan]]]:
+        """(runnable, to re-check): a refusal seen without the lock may be another apply's
+        work in progress (a lineage half created, an observation ahead of its commit): it
+        is confirmed under the lock."""
+        pairs = list(zip(self.specs, self.plan.lineages, strict=True))
+        return ([(s, i) for s, i in pairs if i.pending],
+                [(s, i) for s, i in pairs if i.action == "refuse"])
+
+
+def _load_for_plan_file(plan_path: Path, state_dir: Path | None
+                        ) -> tuple[SavedPlan, list[LoadedSpec]]:
+    saved = load_plan(plan_path)
+    files = sorted({item.spec_file for item in saved.lineages if item.spec_file})
+    missing = [item.name for item in saved.lineages if not item.spec_file]
+    if missing:
+        raise PlanFileError(
+            f"ouro apply: {plan_path}: the plan does not say where the specs of "
+            f"{', '.join(missing)} are: make it again with `ouro plan PATH -o FILE`"
+        )
+    specs = load_specs([Path(f) for f in files], state_dir=state_dir)
+    wanted = {item.name for item in saved.lineages}
+    return saved, [spec for spec in specs if spec.name in wanted]
+
+
+def _selected(specs: list[LoadedSpec], select: Sequence[str]) -> list[LoadedSpec]:
+    if not select:
+        return specs
+    unknown = sorted(set(select) - {s.name for s in specs})
+    if unknown:
+        raise ApplyError(
+            f"ouro apply: --select {', '.join(unknown)}: no such lineage in "
+            f"the specs (known: {', '.join(s.name for s in specs) or 'none'})"
+        )
+    return [s for s in specs if s.name in select]
+
+
+def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
+    """Load, observe once, plan; a saved plan must still be fresh. Runs nothing."""
+    paths = list(request.paths)
+    saved = None
+    if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":
+        saved, specs = _load_for_plan_file(paths[0], request.state_dir)
+    else:
+        specs = load_specs(paths, state_dir=request.state_dir)
+    specs = _selected(specs, request.select)
+    observed = {spec.name: observe(spec.paths()) for spec in specs}
+    plan = make_plan([(spec, observed[spec.name]) for spec in specs], identity)
+    if saved is not None:
+        stale = check_fresh(
+            saved, observed, instrument=identity, spec_digests={s.name: s.sha256 for s in specs}
+        )
+        if stale:
+            raise PlanFileError(
+                f"ouro apply: the saved plan {paths[0]} is stale; nothing was run:\n  "
+                + "\n  ".join(stale)
+                + "\nmake a new plan with `ouro plan ... -o FILE`"
+            )
+    return _Prepared(specs, plan)
+
+
+@contextmanager
+def _interrupts(limits: Limits, say: Reporter) -> Iterator[None]:
+    """First SIGINT/SIGTERM: stop starting generations; second: cancel running ones."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        if not limits.stop.is_set():
+            limits.stop.set()
+            say.note(
+                f"ouro: {signal.Signals(signum).name}: finishing running generations, starting "
+                "no new ones (again to stop them now, publishing nothing)"
+            )
+        else:
+            limits.cancel.set()
+            say.note("ouro: stopping running generations now; they publish nothing")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> ApplyOutcome:
+    """Run one apply: ``ApplyError``/``PlanFileError``/``SpecError`` before anything ran
+    (not affordable, not confirmed, stale plan, bad specs), else its outcome."""
+    identity = instrument.current()
+    prepared = prepare(request, identity)
+    ui.show_plan(prepared.plan)
+    worst = check_spend(prepared.plan.lineages, request.max_spend)
+    runnable, to_check = prepared.jobs()
+    if runnable and not ui.confirm(worst):
+        raise ApplyError("ouro apply: not confirmed; nothing was run")
+
+    limits = Limits(
+        deadline=None if request.deadline_seconds is None
+        else time.monotonic() + request.deadline_seconds,
+        max_generations=request.max_generations,
+    )
+    events = EventLog(resolve_state_dir(request.state_dir) / EVENTS_FILE)
+    audits = AuditBatches()
+    engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
+                    lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done)
+    width = request.parallel or default_parallelism([s for s, _ in runnable])
+    jobs = [*runnable, *to_check]
+    events.emit("apply-started", lineages=[s.name for s, _ in jobs], parallel=width,
+                worst_case_usd=str(worst))
+    try:
+        with _interrupts(limits, reporter):
+            results = engine.run(jobs, width)
+    finally:
+        reporter.close()
+    by_name = {r.name: r for r in results}
+    verdicts = audits.finish(interrupted=limits.stop.is_set())
+    lineages = []
+    for spec, item in zip(prepared.specs, prepared.plan.lineages, strict=True):
+        result = by_name.get(spec.name) or LineageResult.not_run(item)
+        result.audit = verdicts.get(spec.name)
+        lineages.append(result)
+    outcome = ApplyOutcome(lineages, limits.stop.is_set() or limits.cancel.is_set(),
+                           limits.stopped_by, None)
+    events.emit("apply-finished", interrupted=outcome.interrupted,
+                failed=[r.name for r in outcome.failed],
+                unfinished=[r.name for r in outcome.unfinished], stopped_by=limits.stopped_by)
+    return ApplyOutcome(outcome.lineages, outcome.interrupted, outcome.stopped_by,
+                        events.failed)
+
+
+__all__ = ["EXIT_INTERRUPTED", "ApplyOutcome", "ApplyRequest", "ApplyUI", "apply", "prepare"]

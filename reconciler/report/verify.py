@@ -1,0 +1,52 @@
+"""What `ouro verify` shows: the audit's verdict per lineage, in plain text."""
+
+from __future__ import annotations
+
+import json
+
+from reconciler.engine.verify import LineageReport, VerifyReport
+
+_WHY_UNKNOWN = {
+    "stopped": "the audit was stopped",
+    "timeout": "the audit timed out",
+    "refused": "the audit's report was refused (outside its schema or too large)",
+    "failed": "the audit's child failed",
+}
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def _lineage_lines(lineage: LineageReport, outcome: str) -> list[str]:
+    counts = (
+        f"{_plural(lineage.generations, 'generation')}, "
+        f"{_plural(lineage.observations, 'observation')}"
+    )
+    if lineage.status == "consistent":
+        return [f"{lineage.lineage}: consistent ({counts})"]
+    if lineage.status == "unknown":
+        why = _WHY_UNKNOWN.get(outcome, "its history could not be read")
+        detail = f" ({lineage.exception_class})" if lineage.exception_class else ""
+        return [f"{lineage.lineage}: unknown: {why}{detail}; not an accusation"]
+    lines = [f"{lineage.lineage}: {_plural(lineage.findings_total, 'finding')} ({counts})"]
+    for finding in lineage.findings:
+        where = f"gen {finding.generation}" if finding.generation is not None else "lineage"
+        lines.append(f"  {where}: {finding.code}: {finding.description}")
+    hidden = lineage.findings_total - len(lineage.findings)
+    if hidden > 0:
+        lines.append(f"  ... and {hidden} more")
+    return lines
+
+
+def verify_text(report: VerifyReport) -> str:
+    """One line per consistent or unknown lineage, one per finding, then the verdict."""
+    lines: list[str] = []
+    for lineage in report.lineages:
+        lines.extend(_lineage_lines(lineage, report.outcome))
+    lines.append(f"ouro verify: {report.status}")
+    return "\n".join(lines) + "\n"
+
+
+def verify_json(report: VerifyReport) -> str:
+    return json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n"
