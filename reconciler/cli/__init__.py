@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from reconciler.cli import apply, doctor, plan, schema, status, validate, verify
+from reconciler.cli import apply, doctor, history, plan, schema, status, validate, verify
 from reconciler.errors import OuroError
 
 app = typer.Typer(
@@ -27,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (validate, schema, plan, status, apply, verify, doctor):
+for _module in (validate, schema, plan, status, apply, verify, doctor, history):
     _module.register(app)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_FLOW_DEPTH",
     "SPEC_SUFFIXES",
     "LoadedSpec",
+    "default_places",
     "load_specs",
     "state_dir",
 ]
@@ -527,18 +528,30 @@ def _absolute(base: Path, path: Path) -> Path:
     return Path(os.path.abspath(base / path))
 
 
+def default_places(path: Path, name: str) -> LineagePaths:
+    """The places and branches of lineage ``name`` at ``path`` when a spec names no others."""
+    branch = f"lineage-{name}"
+    return LineagePaths(
+        worktree=path,
+        git_dir=path.with_name(path.name + ".git"),
+        observations=path.with_name(path.name + ".observations"),
+        branch=branch,
+        observation_branch=f"observations/{branch}",
+    )
+
+
 def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
     spec = document.spec
     base = document.source.path.parent
     storage, model = spec.spec.storage, spec.spec.model
     path = _absolute(base, storage.path) if storage.path else default_dir / spec.name
-    branch = storage.branch or f"lineage-{spec.name}"
+    defaults = default_places(path, spec.name)
+    branch = storage.branch or defaults.branch
     resolved_storage = storage.model_copy(update={
         "path": path,
-        "git_dir": _absolute(base, storage.git_dir) if storage.git_dir
-        else path.with_name(path.name + ".git"),
+        "git_dir": _absolute(base, storage.git_dir) if storage.git_dir else defaults.git_dir,
         "observations": _absolute(base, storage.observations) if storage.observations
-        else path.with_name(path.name + ".observations"),
+        else defaults.observations,
         "branch": branch,
         "observation_branch": storage.observation_branch or f"observations/{branch}",
     })

@@ -31,7 +31,6 @@ import pygit2
 from reconciler.kernel import formats
 from reconciler.kernel.config import (
     GENERATION_SCHEMA,
-    JOURNAL_FILE,
     LINEAGE_SCHEMA,
     METADATA_FILE,
     OBSERVATIONS_SCHEMA,
@@ -170,16 +169,6 @@ def _json_blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> Any:
     if not isinstance(blob, pygit2.Blob):
         raise ValueError(f"{path} is not a file")
     return json.loads(blob.data.decode("utf-8"))
-
-
-def _text_blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:
-    try:
-        blob = repo[tree[path].id]
-    except KeyError:
-        return None
-    if not isinstance(blob, pygit2.Blob):
-        return None
-    return bytes(blob.data).decode("utf-8", errors="replace")
 
 
 def _first_parent(repo: pygit2.Repository, commit: pygit2.Commit) -> pygit2.Commit | None:
@@ -887,76 +876,23 @@ class StatusReport:
     problems: tuple[str, ...]
 
 
-def read_status(paths: LineagePaths, observed: Observed) -> StatusReport:
-    """Outcomes, death kinds and spend over the whole history. Never raises."""
-    from decimal import Decimal, InvalidOperation
+def read_status(paths: LineagePaths, observed: Observed,
+                cache_dir: Path | None = None) -> StatusReport:
+    """Outcomes, death kinds and spend over the whole history. Never raises.
 
-    outcomes: dict[str, int] = {"changed": 0, "no-change": 0, "died": 0}
-    deaths: dict[str, int] = {}
-    spend = Decimal(0)
-    journal: str | None = None
-    problems: list[str] = [p.message for p in observed.problems]
-    generations = observed.generations
-    try:
-        lin = _open(paths.git_dir, bare=True) if observed.git_dir_exists else None
-        head = _branch_target(lin, paths.branch) if lin is not None else None
-        if lin is not None and head is not None:
-            gens, _root = _full_walk(lin, head)
-            generations = len(gens)
-            for gen in gens:
-                if gen.status is not None:
-                    outcomes[gen.status] += 1
-            text = _text_blob(lin, head.tree, JOURNAL_FILE)
-            journal = formats.last_heading_line(text) if text is not None else None
-        obs_repo = _open(paths.observations) if observed.observations_exist else None
-        obs_head = (
-            _branch_target(obs_repo, paths.observation_branch) if obs_repo is not None else None
-        )
-        # Spend counts every generation's calls and those of discarded (interrupted)
-        # attempts, recorded apart so that the ledger is never short.
-        for folder in (GENERATIONS_DIR, formats.INTERRUPTED_DIR) if obs_head is not None else ():
-            assert obs_repo is not None and obs_head is not None
-            try:
-                tree = obs_repo[obs_head.tree[folder].id]
-            except KeyError:
-                tree = None
-            for entry in tree if isinstance(tree, pygit2.Tree) else []:
-                blob = obs_repo.get(entry.id)
-                try:
-                    if not isinstance(blob, pygit2.Blob):
-                        raise ValueError("not a file")
-                    record = json.loads(bytes(blob.data).decode("utf-8"))
-                except (ValueError, UnicodeDecodeError):
-                    problems.append(f"{paths.observations}: {folder}/{entry.name} unreadable")
-                    continue
-                if not isinstance(record, dict):
-                    continue
-                outcome = record.get("outcome")
-                if (folder == GENERATIONS_DIR and isinstance(outcome, str)
-                        and formats.status_of_outcome(outcome) == "died"):
-                    deaths[outcome] = deaths.get(outcome, 0) + 1
-                calls = record.get("model_calls")
-                for call in calls if isinstance(calls, list) else []:
-                    amount = call.get("accounted_usd") if isinstance(call, dict) else None
-                    if amount is None:
-                        continue
-                    try:
-                        spend += Decimal(str(amount))
-                    except InvalidOperation:
-                        problems.append(
-                            f"{paths.observations}: {folder}/{entry.name}: "
-                            f"accounted_usd {amount!r} is not a number"
-                        )
-    except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
-            AttributeError) as error:
-        problems.append(f"lineage {paths.name}: its repositories cannot be read "
-                        f"({type(error).__name__}: {error})")
+    Derived from the lineage's summary (``reconciler.state.summaries``), which is
+    cached in ``cache_dir`` (when given) and extended incrementally.
+    """
+    from reconciler.state.summaries import summarize
+
+    summary = summarize(paths, cache_dir)
+    problems = [p.message for p in observed.problems] + list(summary.problems)
     return StatusReport(
-        generations=generations,
-        outcomes=outcomes,
-        death_kinds=dict(sorted(deaths.items())),
-        accounted_usd=str(spend),
-        last_journal_heading=journal,
+        generations=summary.generations if summary.lineage_head else observed.generations,
+        outcomes=summary.outcomes,
+        death_kinds=summary.death_kinds,
+        accounted_usd=str(summary.spend_usd),
+        last_journal_heading=summary.journal_heading,
         lineage_head=observed.lineage_head,
         observation_head=observed.observation_head,
         observed_generations=observed.observed_generations,

@@ -1,0 +1,240 @@
+"""What grew, as text, JSON, CSV and JSON lines: `ouro log`, `show`, `diff`, `export`.
+
+No decisions here: rows come from ``reconciler.state.summaries``, details from
+``reconciler.state.history``. Text that an organism or a model wrote may hold
+terminal control sequences: every such text is shown with control characters
+(other than newline and tab) escaped, so it cannot drive the terminal.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "HISTORY_FORMAT_VERSION",
+    "diff_text",
+    "export_text",
+    "log_json",
+    "log_text",
+    "outcome_of",
+    "safe",
+    "show_json",
+    "show_text",
+]
+
+HISTORY_FORMAT_VERSION = 1
+EXPORT_FORMATS = ("csv", "jsonl")
+DEFAULT_TEXT_CHARS = 2000  # a prompt or reply shown by `ouro show` without --full
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0, 9), *range(11, 32), 127)}
+
+
+def safe(text: str) -> str:
+    """Hostile text made inert for a terminal: control characters escaped."""
+    return text.translate(_CONTROL)
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if value >= 1 << shift:
+            return f"{value / (1 << shift):.1f}{unit}"
+    return f"{value}B"
+
+
+def _number(value: float | int | str | None, fmt: str = "{}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def outcome_of(row: GenerationRow) -> str:
+    """changed / no-change / died (cause), with a model failure noted."""
+    text = row.status or "?"
+    if row.status == "died":
+        cause = row.death_cause or "unknown cause"
+        text += f" ({cause}" + (f", exit {row.exit_status}" if row.exit_status is not None
+                                else "") + ")"
+    if row.model_failure:
+        text += f" [model: {row.model_failure}]"
+    if not row.observed:
+        text += " [no observation]"
+    return text
+
+
+def _diffstat(row: GenerationRow) -> str:
+    if row.organism_added is None or row.organism_deleted is None:
+        return "—"
+    paths = f" {row.paths_changed}p" if row.paths_changed is not None else ""
+    return f"+{row.organism_added}/-{row.organism_deleted}{paths}"
+
+
+_HEADER = ("gen", "outcome", "organism", "diff", "calls", "tok in", "tok out", "spend $",
+           "cpu s", "peak mem", "wall s", "started")
+
+
+def _cells(row: GenerationRow) -> tuple[str, ...]:
+    return (
+        str(row.generation), outcome_of(row), _size(row.organism_bytes), _diffstat(row),
+        _number(row.model_calls), _number(row.tokens_in), _number(row.tokens_out),
+        _number(row.spend_usd), _number(row.cpu_seconds, "{:.2f}"),
+        _size(row.memory_peak_bytes), _number(row.wall_seconds, "{:.2f}"),
+        _number(row.started_at),
+    )
+
+
+def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]) -> str:
+    out: list[str] = []
+    for summary, rows in summaries:
+        edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
+        out.append(
+            f"{summary.name}: {summary.generations} generations, "
+            f"{summary.outcomes['died']} died, {summary.model_failures} model failures, "
+            f"{edits} external edits, ${summary.spend_usd} spent"
+        )
+        table = [_HEADER, *(_cells(row) for row in rows)]
+        widths = [max(len(line[i]) for line in table) for i in range(len(_HEADER))]
+        for line in table:
+            out.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line))
+                       .rstrip())
+        for problem in summary.problems:
+            out.append(f"  problem: {problem}")
+    return safe("\n".join(out) + "\n")
+
+
+def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]) -> str:
+    document = {
+        "format_version": HISTORY_FORMAT_VERSION,
+        "kind": "ouro-log",
+        "lineages": [
+            {
+                "name": summary.name,
+                "generations": summary.generations,
+                "outcomes": summary.outcomes,
+                "death_kinds": summary.death_kinds,
+                "spend_usd": str(summary.spend_usd),
+                "heads": {"lineage": summary.lineage_head,
+                          "observation": summary.observation_head},
+                "problems": list(summary.problems),
+                "rows": [asdict(row) for row in rows],
+            }
+            for summary, rows in summaries
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def export_text(summaries: Sequence[LineageSummary], fmt: str) -> str:
+    """One row per generation, ``lineage`` first, then ``COLUMNS`` (docs/export.md)."""
+    if fmt == "jsonl":
+        return "".join(
+            json.dumps({"lineage": summary.name, **asdict(row)}, ensure_ascii=False) + "\n"
+            for summary in summaries for row in summary.rows
+        )
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(("lineage", *COLUMNS))
+    for summary in summaries:
+        for row in summary.rows:
+            values = asdict(row)
+            writer.writerow((summary.name, *("" if values[c] is None else values[c]
+                                              for c in COLUMNS)))
+    return buffer.getvalue()
+
+
+def _bounded(text: str | None, full: bool, limit: int = DEFAULT_TEXT_CHARS) -> str:
+    if text is None:
+        return "(none)"
+    if full or len(text) <= limit:
+        return text
+    return text[:limit] + f"\n... ({len(text) - limit} more characters; --full shows all)"
+
+
+def diff_text(diffs: Sequence[FileDiff]) -> str:
+    if not diffs:
+        return "(no changes)\n"
+    out = []
+    for item in diffs:
+        name = (item.new_path if item.old_path == item.new_path
+                else f"{item.old_path} -> {item.new_path}")
+        out.append(f"{item.status}: {name} (+{item.added}/-{item.deleted})")
+        out.append("(binary)" if item.binary else item.patch.rstrip("\n"))
+    return safe("\n".join(out) + "\n")
+
+
+def _calls(record: dict[str, Any] | None) -> list[dict[str, Any]]:
+    calls = record.get("model_calls") if record else None
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+def show_text(name: str, detail: GenerationDetail, *, full: bool = False) -> str:
+    row = detail.row
+    record = detail.record
+    out = [
+        f"{name} gen {row.generation}: {outcome_of(row)}",
+        f"commit {detail.commit} (previous {detail.parent or '—'})",
+        f"started {row.started_at or '—'}; wall {_number(row.wall_seconds, '{:.2f}')} s; "
+        f"cpu {_number(row.cpu_seconds, '{:.2f}')} s; peak memory {_size(row.memory_peak_bytes)}",
+        f"organism {_size(row.organism_bytes)}, {_diffstat(row)}; "
+        f"{row.external_edits_before} external edits before it",
+        f"model {row.provider or '—'}/{row.model or '—'}: {_number(row.model_calls)} calls, "
+        f"tokens {_number(row.tokens_in)} in / {_number(row.tokens_out)} out, "
+        f"spend ${_number(row.spend_usd)}",
+        "",
+        "## journal entry",
+        detail.journal_entry or "(none)",
+    ]
+    if row.status == "died":
+        tail = record.get("stderr_tail") if record else None
+        if isinstance(tail, list):
+            tail = "\n".join(str(line) for line in tail)
+        out += ["", "## stderr (the observation's tail)",
+                tail if isinstance(tail, str) and tail else "(none)",
+                "", "## the body that died (organism.el as it ran)",
+                _bounded(detail.body, full, limit=20 * DEFAULT_TEXT_CHARS)]
+    out += ["", "## diff against the previous generation", diff_text(detail.diff).rstrip("\n")]
+    for call in _calls(record):
+        index = call.get("request_index", "?")
+        out += ["", f"## model call {index}: http {call.get('http_status')}, "
+                    f"error {call.get('error') or '—'}, "
+                    f"reserved ${call.get('reserved_usd')}, accounted ${call.get('accounted_usd')}",
+                "### prompt", _bounded(call.get("prompt"), full),
+                "### reply", _bounded(call.get("response"), full)]
+    if record is not None:
+        constraints = record.get("constraints")
+        out += ["", "## ceilings (as disclosed and enforced)",
+                json.dumps(constraints, indent=2, ensure_ascii=False) if constraints else "—"]
+    return safe("\n".join(out) + "\n")
+
+
+def show_json(name: str, detail: GenerationDetail, *, full: bool = False) -> str:
+    calls = []
+    for call in _calls(detail.record):
+        item = dict(call)
+        for key in ("prompt", "response"):
+            if isinstance(item.get(key), str) and not full:
+                item[key] = _bounded(item[key], False)
+        calls.append(item)
+    record = dict(detail.record) if detail.record else None
+    if record is not None:
+        record["model_calls"] = calls
+    document = {
+        "format_version": HISTORY_FORMAT_VERSION,
+        "kind": "ouro-show",
+        "lineage": name,
+        "row": asdict(detail.row),
+        "commit": detail.commit,
+        "previous": detail.parent,
+        "journal_entry": detail.journal_entry,
+        "body": detail.body if detail.row.status == "died" else None,
+        "diff": [asdict(item) for item in detail.diff],
+        "observation": record,
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

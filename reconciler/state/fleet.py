@@ -1,0 +1,76 @@
+"""Which lineages a history command looks at: by name, through specs or the state dir.
+
+Rule: read-only. A name is found in the specs given (``--specs``), else as
+``<state dir>/<name>`` with the default places and branches. A folder of
+lineages without specs is the state dir's every ``NAME`` that has ``NAME.git``
+and ``NAME.observations`` beside it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.errors import StateError
+from reconciler.kernel.config import LineagePaths
+from reconciler.spec.load import default_places, load_specs, state_dir
+
+__all__ = ["Lineage", "find_lineages", "fleet", "summary_cache_dir"]
+
+
+@dataclass(frozen=True)
+class Lineage:
+    name: str
+    paths: LineagePaths
+
+
+def summary_cache_dir(explicit: Path | None = None) -> Path:
+    """Where derived summaries are cached: ``<state dir>/.summaries``."""
+    from reconciler.state.summaries import CACHE_DIR
+
+    return state_dir(explicit) / CACHE_DIR
+
+
+def _in_state_dir(folder: Path) -> list[Lineage]:
+    found: list[Lineage] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return found
+    for name in names:
+        if name.startswith(".") or name.endswith((".git", ".observations", ".ouro-lock")):
+            continue
+        places = default_places(folder / name, name)
+        if places.git_dir.is_dir() and places.observations.is_dir():
+            found.append(Lineage(name, places))
+    return found
+
+
+def fleet(specs: Sequence[Path], explicit_state_dir: Path | None = None) -> list[Lineage]:
+    """The specs' lineages (in spec order), or every lineage in the state dir."""
+    if specs:
+        return [Lineage(spec.name, spec.paths())
+                for spec in load_specs(specs, state_dir=explicit_state_dir)]
+    return _in_state_dir(state_dir(explicit_state_dir))
+
+
+def find_lineages(names: Sequence[str], specs: Sequence[Path],
+                  explicit_state_dir: Path | None = None) -> list[Lineage]:
+    """Each named lineage; a name that is not there is an error naming the remedy."""
+    known = {item.name: item for item in fleet(specs, explicit_state_dir)}
+    found: list[Lineage] = []
+    where = (", ".join(str(path) for path in specs) if specs
+             else str(state_dir(explicit_state_dir)))
+    for name in names:
+        if name in known:
+            found.append(known[name])
+            continue
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        remedy = ("" if specs else
+                  "; for lineages stored elsewhere, name their specs with --specs PATH")
+        raise StateError(f"ouro: no lineage {name!r} in {where}{hint}{remedy}")
+    return found

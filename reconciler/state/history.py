@@ -1,0 +1,204 @@
+"""One generation in detail: its journal entry, its diff, the body that ran, its record.
+
+Rule: read-only (pygit2), bounded where asked. Everything returned is text the
+organism (or a model) may have written: hostile. Callers render it escaped,
+never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pygit2
+
+from reconciler.errors import StateError
+from reconciler.kernel import formats
+from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.state.observe import GENERATIONS_DIR
+from reconciler.state.summaries import GenerationRow, LineageSummary
+
+__all__ = [
+    "FileDiff",
+    "GenerationDetail",
+    "detail",
+    "diff_commits",
+    "diff_generations",
+    "journal_entry",
+]
+
+_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+_BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
+MAX_PATCH_CHARS = 200_000  # one file's patch beyond this is cut (and says so)
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str
+    new_path: str
+    status: str  # added, deleted, modified, renamed, ...
+    added: int
+    deleted: int
+    patch: str  # unified diff text ("" for a binary file)
+    binary: bool
+
+
+@dataclass(frozen=True)
+class GenerationDetail:
+    row: GenerationRow
+    commit: str
+    parent: str | None  # the previous generation's commit (or the seed)
+    journal_entry: str | None
+    diff: tuple[FileDiff, ...]
+    body: str | None  # organism.el as committed by the previous generation: the body that ran
+    record: dict[str, Any] | None  # the observation, as recorded
+
+
+def _lineage_repo(paths: LineagePaths) -> pygit2.Repository:
+    try:
+        return pygit2.Repository(str(paths.git_dir), _BARE)
+    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+        raise StateError(f"ouro: {paths.git_dir} cannot be read as a git repository: "
+                         f"{error}") from error
+
+
+def _commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
+    commit = repo.get(oid)
+    if not isinstance(commit, pygit2.Commit):
+        raise StateError(f"ouro: commit {oid} is missing from the lineage; run `ouro verify`")
+    return commit
+
+
+def _text(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> str | None:
+    try:
+        blob = repo.get(commit.tree[path].id)
+    except KeyError:
+        return None
+    if not isinstance(blob, pygit2.Blob):
+        return None
+    return bytes(blob.data).decode("utf-8", errors="replace")
+
+
+def journal_entry(journal: str, generation: int) -> str | None:
+    """Generation ``generation``'s entry: its heading line up to the next heading."""
+    headings = formats.parse_journal(journal)
+    lines = journal.split("\n")
+    for index, heading in enumerate(headings):
+        if heading.number == generation:
+            end = headings[index + 1].line - 1 if index + 1 < len(headings) else len(lines)
+            return "\n".join(lines[heading.line - 1:end]).rstrip("\n")
+    return None
+
+
+_STATUS = {
+    pygit2.enums.DeltaStatus.ADDED: "added",
+    pygit2.enums.DeltaStatus.DELETED: "deleted",
+    pygit2.enums.DeltaStatus.MODIFIED: "modified",
+    pygit2.enums.DeltaStatus.RENAMED: "renamed",
+    pygit2.enums.DeltaStatus.TYPECHANGE: "typechange",
+}
+
+
+def diff_commits(repo: pygit2.Repository, old: pygit2.Commit | None,
+                 new: pygit2.Commit) -> tuple[FileDiff, ...]:
+    """The tree diff old -> new (the empty tree when ``old`` is None), file by file."""
+    if old is None:
+        diff = new.tree.diff_to_tree(swap=True)
+    else:
+        diff = old.tree.diff_to_tree(new.tree, context_lines=3)
+    found: list[FileDiff] = []
+    for patch in diff:
+        if patch is None:
+            continue
+        delta = patch.delta
+        binary = bool(delta.is_binary)
+        text = "" if binary else (patch.text or "")
+        if len(text) > MAX_PATCH_CHARS:
+            text = text[:MAX_PATCH_CHARS] + f"\n... (cut at {MAX_PATCH_CHARS} characters)\n"
+        _context, added, deleted = patch.line_stats
+        found.append(FileDiff(
+            old_path=str(delta.old_file.path), new_path=str(delta.new_file.path),
+            status=_STATUS.get(delta.status, str(delta.status)), added=int(added),
+            deleted=int(deleted), patch=text, binary=binary,
+        ))
+    return tuple(found)
+
+
+def _previous(repo: pygit2.Repository, summary: LineageSummary,
+              generation: int) -> pygit2.Commit | None:
+    """The previous generation's commit, or the seed (root) for generation 1."""
+    if generation > 1:
+        return _commit(repo, summary.rows[generation - 2].lineage_commit)
+    commit = _commit(repo, summary.rows[0].lineage_commit)
+    while commit.parent_ids:
+        parent = repo.get(commit.parent_ids[0])
+        if not isinstance(parent, pygit2.Commit):
+            return None
+        commit = parent
+    return commit
+
+
+def _record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
+    try:
+        repo = pygit2.Repository(str(paths.observations), _NO_SEARCH)
+        ref = repo.lookup_reference(f"refs/heads/{paths.observation_branch}").resolve()
+        head = repo.get(ref.target)
+        assert isinstance(head, pygit2.Commit)
+        folder = repo.get(head.tree[GENERATIONS_DIR].id)
+        assert isinstance(folder, pygit2.Tree)
+        name = formats.observation_path(generation).split("/", 1)[1]
+        blob = repo.get(folder[name].id)
+        assert isinstance(blob, pygit2.Blob)
+        record = json.loads(bytes(blob.data).decode("utf-8"))
+    except (pygit2.GitError, KeyError, ValueError, OSError, AssertionError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> GenerationDetail:
+    """Everything ``ouro show`` and the viewer show of one generation."""
+    row = summary.row(generation)
+    if row is None:
+        raise StateError(
+            f"ouro: lineage {summary.name} has no generation {generation} "
+            f"(it has {summary.generations}: 1..{summary.generations})"
+        )
+    repo = _lineage_repo(paths)
+    commit = _commit(repo, row.lineage_commit)
+    previous = _previous(repo, summary, generation)
+    journal = _text(repo, commit, JOURNAL_FILE)
+    ran = commit
+    if commit.parent_ids:
+        parent = repo.get(commit.parent_ids[0])
+        if isinstance(parent, pygit2.Commit):
+            ran = parent  # the tree the generation started from: what it loaded
+    return GenerationDetail(
+        row=row,
+        commit=str(commit.id),
+        parent=str(previous.id) if previous is not None else None,
+        journal_entry=journal_entry(journal, generation) if journal is not None else None,
+        diff=diff_commits(repo, previous, commit),
+        body=_text(repo, ran, ORGANISM_FILE),
+        record=_record(paths, generation),
+    )
+
+
+def diff_generations(paths: LineagePaths, summary: LineageSummary, first: int,
+                     second: int) -> tuple[FileDiff, ...]:
+    """The tree diff between two generations' commits (0 is the seed)."""
+    repo = _lineage_repo(paths)
+    commits = []
+    for number in (first, second):
+        if number == 0:
+            commits.append(_previous(repo, summary, 1) if summary.rows else None)
+            continue
+        row = summary.row(number)
+        if row is None:
+            raise StateError(f"ouro: lineage {summary.name} has no generation {number} "
+                             f"(it has 0..{summary.generations}; 0 is the seed)")
+        commits.append(_commit(repo, row.lineage_commit))
+    new = commits[1]
+    if new is None:
+        raise StateError(f"ouro: lineage {summary.name} has no seed commit to compare")
+    return diff_commits(repo, commits[0], new)

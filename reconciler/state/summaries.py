@@ -1,0 +1,554 @@
+"""Per-generation rows of a lineage, derived incrementally and cached. Read-only on lineages.
+
+Rule: a lineage's repositories are the state; this module only derives from
+them. The derivation (one ``GenerationRow`` per generation commit, joined with
+its observation) is cached in ``<state dir>/.summaries/`` so that ``status``,
+``log``, ``export`` and ``view`` do not re-read every observation each time.
+The cache is never trusted blindly:
+
+- it is keyed by the lineage's places and branches (``cache_key``) and by the
+  heads it was derived from: the lineage branch head and the observation
+  branch head (their commit ids);
+- it carries a sha256 digest of its own content, checked on every load;
+- it is only extended when the cached lineage head is on the current
+  first-parent history (and the newest cached generation's commit is the
+  generation commit found there) and the cached observation head is an
+  ancestor of the current one; anything else rebuilds from scratch.
+
+A missing, unreadable, corrupt or stale cache is rebuilt; a cache that cannot
+be written is simply not written. Deleting ``.summaries/`` loses nothing.
+
+Unknown is ``None`` (a field an observation lacks, or one written by another
+instrument), never a guess. Fields other helpers add to observations
+(``provider_failure``, stop reasons, kernel identity) are read tolerantly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from reconciler.kernel import formats
+from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.state.audit import accounted_spend
+
+__all__ = [
+    "CACHE_DIR",
+    "COLUMNS",
+    "SUMMARY_SCHEMA",
+    "GenerationRow",
+    "LineageSummary",
+    "cache_key",
+    "summarize",
+]
+
+SUMMARY_SCHEMA = "ouro-lineage-summary/v1"
+CACHE_DIR = ".summaries"
+_GENERATIONS_DIR = "generations"
+_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+_BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
+
+
+@dataclass(frozen=True)
+class GenerationRow:
+    """One generation, as ``ouro log`` and ``ouro export`` show it (docs/export.md).
+
+    The field order is the export's column order; names are stable.
+    """
+
+    generation: int
+    status: str | None  # changed | no-change | died (from the commit subject)
+    outcome: str | None  # the observation's outcome text
+    death_cause: str | None  # process_exit, signal, wall_timeout, cgroup_oom, decoder_rejection
+    exit_status: int | None
+    model_failure: str | None  # why the model gave nothing (an error code), None if it did
+    organism_bytes: int | None
+    organism_added: int | None
+    organism_deleted: int | None
+    paths_changed: int | None
+    model_calls: int | None
+    tokens_in: int | None
+    tokens_out: int | None
+    spend_usd: str | None  # decimal text
+    cpu_seconds: float | None
+    memory_peak_bytes: int | None
+    wall_seconds: float | None
+    started_at: str | None
+    external_edits_before: int  # `external edit` / hand commits since the previous generation
+    provider: str | None
+    model: str | None
+    lineage_commit: str
+    observed: bool  # an observation of this generation was found
+
+
+COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(GenerationRow))
+
+
+@dataclass(frozen=True)
+class LineageSummary:
+    """A lineage's table of generations and its totals."""
+
+    name: str
+    rows: tuple[GenerationRow, ...]
+    lineage_head: str | None
+    observation_head: str | None
+    interrupted_usd: str
+    journal_heading: str | None
+    trailing_edits: int  # non-generation commits after the newest generation
+    problems: tuple[str, ...] = ()
+    from_cache: bool = False
+
+    @property
+    def generations(self) -> int:
+        return len(self.rows)
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        counts = {"changed": 0, "no-change": 0, "died": 0}
+        for row in self.rows:
+            if row.status in counts:
+                counts[row.status] += 1
+        return counts
+
+    @property
+    def death_kinds(self) -> dict[str, int]:
+        kinds: dict[str, int] = {}
+        for row in self.rows:
+            if row.death_cause is not None:
+                kinds[row.death_cause] = kinds.get(row.death_cause, 0) + 1
+        return dict(sorted(kinds.items()))
+
+    @property
+    def spend_usd(self) -> Decimal:
+        """Every generation's accounted spend plus that of discarded attempts."""
+        total = Decimal(self.interrupted_usd)
+        for row in self.rows:
+            if row.spend_usd is not None:
+                total += Decimal(row.spend_usd)
+        return total
+
+    @property
+    def model_failures(self) -> int:
+        return sum(1 for row in self.rows if row.model_failure is not None)
+
+    def row(self, generation: int) -> GenerationRow | None:
+        if 1 <= generation <= len(self.rows):
+            return self.rows[generation - 1]
+        return None
+
+
+# ---------------------------------------------------------------- reading one generation
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _model_failure(record: Mapping[str, Any], calls: Sequence[Any]) -> str | None:
+    """The model's failure in a generation: the recorded ``provider_failure`` if any
+    (a string, or an object with a ``code``/``kind``), else the error of the first call
+    when no call succeeded."""
+    failure = record.get("provider_failure")
+    if isinstance(failure, str) and failure:
+        return failure
+    if isinstance(failure, dict):
+        for key in ("code", "kind", "error", "class"):
+            if isinstance(failure.get(key), str):
+                return str(failure[key])
+        return "provider_failure"
+    dicts = [call for call in calls if isinstance(call, dict)]
+    if not dicts or any(call.get("http_status") == 200 for call in dicts):
+        return None
+    for call in dicts:
+        error = call.get("error")
+        if isinstance(error, str) and error:
+            return error
+        status = _int(call.get("http_status"))
+        if status is not None:
+            return f"http_{status}"
+    return "no_reply"
+
+
+def _tokens(calls: Sequence[Any], key: str) -> int | None:
+    total: int | None = None
+    for call in calls:
+        usage = call.get("usage") if isinstance(call, dict) else None
+        value = _int(usage.get(key)) if isinstance(usage, dict) else None
+        if value is not None:
+            total = (total or 0) + value
+    return total
+
+
+def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    if record is None:
+        return {"observed": False}
+    calls = record.get("model_calls")
+    calls = calls if isinstance(calls, list) else []
+    outcome = _str(record.get("outcome"))
+    died = outcome is not None and formats.status_of_outcome(outcome) == "died"
+    cpu = _int(record.get("cpu_usage_nsec"))
+    wall = _int(record.get("duration_ms"))
+    return {
+        "outcome": outcome,
+        "death_cause": outcome if died else None,
+        "exit_status": _int(record.get("exit_status")),
+        "model_failure": _model_failure(record, calls),
+        "model_calls": len(calls),
+        "tokens_in": _tokens(calls, "input_tokens"),
+        "tokens_out": _tokens(calls, "output_tokens"),
+        "spend_usd": str(accounted_spend(record)),
+        "cpu_seconds": cpu / 1e9 if cpu is not None else None,
+        "memory_peak_bytes": _int(record.get("memory_peak_bytes")),
+        "wall_seconds": wall / 1000 if wall is not None else None,
+        "started_at": _str(record.get("started_at")),
+        "provider": _str(record.get("provider")),
+        "model": _str(record.get("model")),
+        "observed": True,
+    }
+
+
+def _subject(commit: pygit2.Commit) -> str:
+    return str(commit.message).split("\n", 1)[0]
+
+
+def _diffstat(subject: str) -> tuple[int | None, int | None, int | None]:
+    """(organism added, deleted, paths) from a ``gen N: changed (...)`` subject."""
+    inner = subject.partition("(")[2].rpartition(")")[0]
+    if subject.split(": ", 1)[-1].startswith("no-change"):
+        return 0, 0, 0
+    if not subject.split(": ", 1)[-1].startswith("changed"):
+        return None, None, None
+    body, _, tail = inner.partition("; ")
+    paths = _leading_int(tail)
+    if body == "organism unchanged":
+        return 0, 0, paths
+    plus, _, minus = body.removeprefix("organism ").partition("/")
+    return _leading_int(plus.removeprefix("+")), _leading_int(minus.removeprefix("-")), paths
+
+
+def _leading_int(text: str) -> int | None:
+    digits = text.split(" ", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def _organism_bytes(repo: pygit2.Repository, commit: pygit2.Commit) -> int | None:
+    try:
+        entry = commit.tree[ORGANISM_FILE]
+        kind, size = repo.odb.read_header(entry.id)
+    except (KeyError, pygit2.GitError, ValueError):
+        return None
+    return int(size) if kind == pygit2.enums.ObjectType.BLOB else None
+
+
+def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, number: int,
+                edits_before: int) -> GenerationRow:
+    subject = _subject(commit)
+    parsed = formats.parse_generation_subject(subject)
+    added, deleted, paths = _diffstat(subject)
+    return GenerationRow(
+        generation=number, status=parsed.status if parsed else None, outcome=None,
+        death_cause=None, exit_status=None, model_failure=None,
+        organism_bytes=_organism_bytes(repo, commit), organism_added=added,
+        organism_deleted=deleted, paths_changed=paths, model_calls=None, tokens_in=None,
+        tokens_out=None, spend_usd=None, cpu_seconds=None, memory_peak_bytes=None,
+        wall_seconds=None, started_at=None, external_edits_before=edits_before,
+        provider=None, model=None, lineage_commit=str(commit.id), observed=False,
+    )
+
+
+# ---------------------------------------------------------------- repositories
+
+
+def _open(path: Path, flags: pygit2.enums.RepositoryOpenFlag) -> pygit2.Repository | None:
+    if not os.path.lexists(path):
+        return None
+    try:
+        return pygit2.Repository(str(path), flags)
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return None
+
+
+def _head(repo: pygit2.Repository | None, branch: str) -> pygit2.Commit | None:
+    if repo is None:
+        return None
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{branch}").resolve()
+        commit = repo.get(ref.target)
+    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
+        return None
+    return commit if isinstance(commit, pygit2.Commit) else None
+
+
+def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    commit: pygit2.Commit | None = start
+    seen: set[pygit2.Oid] = set()
+    while commit is not None and commit.id not in seen:
+        seen.add(commit.id)
+        yield commit
+        if not commit.parent_ids:
+            return
+        parent = repo.get(commit.parent_ids[0])
+        commit = parent if isinstance(parent, pygit2.Commit) else None
+
+
+def _json_of(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
+    blob = repo.get(oid)
+    if not isinstance(blob, pygit2.Blob):
+        raise ValueError("not a file")
+    return json.loads(bytes(blob.data).decode("utf-8"))
+
+
+def _subtree(repo: pygit2.Repository, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
+    try:
+        sub = repo.get(tree[name].id)
+    except KeyError:
+        return None
+    return sub if isinstance(sub, pygit2.Tree) else None
+
+
+def _observation(repo: pygit2.Repository, folder: pygit2.Tree | None,
+                 number: int, problems: list[str]) -> dict[str, Any] | None:
+    name = formats.observation_path(number).split("/", 1)[1]
+    if folder is None or name not in folder:
+        return None
+    try:
+        record = _json_of(repo, folder[name].id)
+    except (ValueError, UnicodeDecodeError):
+        problems.append(f"{_GENERATIONS_DIR}/{name} is unreadable")
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _interrupted_usd(repo: pygit2.Repository, tree: pygit2.Tree, problems: list[str]) -> Decimal:
+    folder = _subtree(repo, tree, formats.INTERRUPTED_DIR)
+    total = Decimal(0)
+    for entry in folder if folder is not None else []:
+        try:
+            record = _json_of(repo, entry.id)
+        except (ValueError, UnicodeDecodeError):
+            problems.append(f"{formats.INTERRUPTED_DIR}/{entry.name} is unreadable")
+            continue
+        if isinstance(record, dict):
+            total += accounted_spend(record)
+    return total
+
+
+def _journal_heading(repo: pygit2.Repository, commit: pygit2.Commit) -> str | None:
+    try:
+        blob = repo.get(commit.tree[JOURNAL_FILE].id)
+    except KeyError:
+        return None
+    if not isinstance(blob, pygit2.Blob):
+        return None
+    return formats.last_heading_line(bytes(blob.data).decode("utf-8", errors="replace"))
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def cache_key(paths: LineagePaths) -> str:
+    """Names a lineage's cache file: its places and branches, digested."""
+    identity = "\0".join(
+        (os.path.abspath(paths.git_dir), paths.branch,
+         os.path.abspath(paths.observations), paths.observation_branch)
+    )
+    return hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _cache_file(cache_dir: Path, paths: LineagePaths) -> Path:
+    return cache_dir / f"{paths.name[:40]}-{cache_key(paths)}.json"
+
+
+def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary | None:
+    """The cached summary if it is intact (schema, key, digest, row numbering)."""
+    if cache_dir is None:
+        return None
+    try:
+        document = json.loads(_cache_file(cache_dir, paths).read_text("utf-8"))
+        body = document["body"]
+        if (document.get("schema") != SUMMARY_SCHEMA or body.get("key") != cache_key(paths)
+                or document.get("sha256") != _digest(body)):
+            return None
+        rows = tuple(GenerationRow(**row) for row in body["rows"])
+        if [row.generation for row in rows] != list(range(1, len(rows) + 1)):
+            return None
+        Decimal(body["interrupted_usd"])
+        return LineageSummary(
+            name=paths.name, rows=rows, lineage_head=body["lineage_head"],
+            observation_head=body["observation_head"],
+            interrupted_usd=str(body["interrupted_usd"]),
+            journal_heading=body["journal_heading"],
+            trailing_edits=int(body["trailing_edits"]), from_cache=True,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
+        return None
+
+
+def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSummary) -> None:
+    """Write atomically (temp file, rename); a cache that cannot be written is skipped."""
+    if cache_dir is None or summary.problems:
+        return
+    body = {
+        "key": cache_key(paths), "lineage_head": summary.lineage_head,
+        "observation_head": summary.observation_head,
+        "interrupted_usd": summary.interrupted_usd, "journal_heading": summary.journal_heading,
+        "trailing_edits": summary.trailing_edits, "rows": [asdict(row) for row in summary.rows],
+    }
+    document = {"schema": SUMMARY_SCHEMA, "sha256": _digest(body), "body": body}
+    target = _cache_file(cache_dir, paths)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(document, out, separators=(",", ":"))
+            os.replace(temp, target)
+        except BaseException:
+            os.unlink(temp)
+            raise
+    except OSError:
+        return
+
+
+# ---------------------------------------------------------------- derivation
+
+
+@dataclass
+class _Walk:
+    """What walking the lineage's first-parent history back to a known point found."""
+
+    new: list[pygit2.Commit] = field(default_factory=list)  # oldest first, generation commits
+    edits: list[int] = field(default_factory=list)  # non-generation commits before each
+    trailing: int = 0
+    resumed: bool = False
+
+
+def _walk(repo: pygit2.Repository, head: pygit2.Commit,
+          cached: LineageSummary | None) -> _Walk:
+    """Generation commits after the cached head (all of them if the cache does not apply)."""
+    stop = cached.lineage_head if cached is not None else None
+    newest_first: list[pygit2.Commit] = []
+    between: list[int] = []  # non-generation commits after each newest-first commit
+    pending = 0
+    resumed = False
+    for commit in _first_parents(repo, head):
+        if stop is not None and str(commit.id) == stop:
+            resumed = True
+            break
+        if formats.is_generation_subject(_subject(commit)):
+            newest_first.append(commit)
+            between.append(pending)
+            pending = 0
+        elif commit.parent_ids:  # not the root
+            pending += 1
+    walk = _Walk(resumed=resumed)
+    walk.new = newest_first[::-1]
+    # between[i] counts commits after newest_first[i]; the edits before commit i (oldest
+    # first) are those after commit i-1, and before the first: the `pending` ones.
+    after = between[::-1]
+    carried = cached.trailing_edits if resumed and cached is not None else 0
+    before_first = pending + carried
+    walk.edits = [before_first, *after[:-1]] if walk.new else []
+    walk.trailing = after[-1] if walk.new else before_first
+    return walk
+
+
+def _resumable(repo: pygit2.Repository, cached: LineageSummary, walk: _Walk,
+               obs_repo: pygit2.Repository | None, obs_head: pygit2.Commit | None) -> bool:
+    """The cache is a prefix of today's history: check the newest cached generation's
+    commit is the generation commit at or before the cached head, and the cached
+    observation head is an ancestor of today's."""
+    if not walk.resumed or cached.lineage_head is None:
+        return False
+    if cached.rows:
+        start = repo.get(cached.lineage_head)
+        if not isinstance(start, pygit2.Commit):
+            return False
+        newest = next((commit for commit in _first_parents(repo, start)
+                       if formats.is_generation_subject(_subject(commit))), None)
+        if newest is None or str(newest.id) != cached.rows[-1].lineage_commit:
+            return False
+    if cached.observation_head is None or obs_head is None or obs_repo is None:
+        return cached.observation_head is None and obs_head is None
+    if cached.observation_head == str(obs_head.id):
+        return True
+    try:
+        return bool(obs_repo.descendant_of(obs_head.id, pygit2.Oid(hex=cached.observation_head)))
+    except (ValueError, KeyError, pygit2.GitError):
+        return False
+
+
+def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:
+    """The lineage's rows and totals: from the cache when its heads are today's, extended
+    incrementally when today's history continues it, rebuilt otherwise. Never raises for
+    a damaged lineage: what cannot be read becomes a problem (and is not cached)."""
+    try:
+        return _summarize(paths, cache_dir)
+    except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,
+            IndexError) as error:
+        return LineageSummary(
+            name=paths.name, rows=(), lineage_head=None, observation_head=None,
+            interrupted_usd="0", journal_heading=None, trailing_edits=0,
+            problems=(f"lineage {paths.name}: its repositories cannot be read "
+                      f"({type(error).__name__}: {error})",),
+        )
+
+
+def _summarize(paths: LineagePaths, cache_dir: Path | None) -> LineageSummary:
+    repo = _open(paths.git_dir, _BARE)
+    head = _head(repo, paths.branch)
+    obs_repo = _open(paths.observations, _NO_SEARCH)
+    obs_head = _head(obs_repo, paths.observation_branch)
+    heads = (str(head.id) if head else None, str(obs_head.id) if obs_head else None)
+    cached = _load_cache(cache_dir, paths)
+    if cached is not None and (cached.lineage_head, cached.observation_head) == heads:
+        return cached
+    if repo is None or head is None:
+        return LineageSummary(paths.name, (), None, heads[1], "0", None, 0)
+    problems: list[str] = []
+    walk = _walk(repo, head, cached)
+    base: tuple[GenerationRow, ...] = ()
+    if cached is not None and _resumable(repo, cached, walk, obs_repo, obs_head):
+        base = cached.rows
+    elif walk.resumed:  # the cache does not continue into today's history: start over
+        walk = _walk(repo, head, None)
+    rows = list(base) + [
+        _commit_row(repo, commit, len(base) + index, edits)
+        for index, (commit, edits) in enumerate(zip(walk.new, walk.edits, strict=True), start=1)
+    ]
+    interrupted = Decimal(0)
+    if obs_repo is not None and obs_head is not None:
+        folder = _subtree(obs_repo, obs_head.tree, _GENERATIONS_DIR)
+        for index, row in enumerate(rows):
+            if row.observed and index < len(base):
+                continue  # observations are append-only (the cached head is an ancestor)
+            record = _observation(obs_repo, folder, row.generation, problems)
+            rows[index] = replace(row, **_observation_fields(record))
+        interrupted = _interrupted_usd(obs_repo, obs_head.tree, problems)
+    journal = (cached.journal_heading if cached is not None and heads[0] == cached.lineage_head
+               else _journal_heading(repo, head))
+    summary = LineageSummary(
+        name=paths.name, rows=tuple(rows), lineage_head=heads[0], observation_head=heads[1],
+        interrupted_usd=str(interrupted), journal_heading=journal,
+        trailing_edits=walk.trailing, problems=tuple(problems),
+    )
+    _store_cache(cache_dir, paths, summary)
+    return summary

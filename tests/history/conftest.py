@@ -1,0 +1,3 @@
+from tests.history.fleet import grown_fleet
+
+__all__ = ["grown_fleet"]

@@ -1,0 +1,143 @@
+"""The summary cache: derived incrementally, keyed by the heads, never trusted blindly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.state import summaries
+from reconciler.state.summaries import summarize
+from tests.observe.builder import LineageBuilder
+
+CALL = {"http_status": 200, "usage": {"input_tokens": 10, "output_tokens": 4},
+        "accounted_usd": "0.01", "reserved_usd": "0.05"}
+FAILED = {"http_status": 502, "error": "model_unavailable", "accounted_usd": "0",
+          "reserved_usd": "0.05"}
+
+
+def _grown(tmp_path: Path) -> LineageBuilder:
+    builder = LineageBuilder(tmp_path)
+    builder.gen("changed", calls=[CALL], cpu_usage_nsec=2_000_000_000)
+    builder.external_edit()
+    builder.gen("died", calls=[CALL, CALL])
+    builder.gen("no-change", calls=[FAILED])
+    return builder
+
+
+def _cache_files(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*.json"))
+
+
+def test_rows_from_a_lineage(tmp_path: Path) -> None:
+    builder = _grown(tmp_path)
+    summary = summarize(builder.paths)
+    assert [row.status for row in summary.rows] == ["changed", "died", "no-change"]
+    first, died, failed = summary.rows
+    assert (first.tokens_in, first.tokens_out, first.spend_usd) == (10, 4, "0.01")
+    assert first.cpu_seconds == 2.0 and first.organism_added == 1 and first.paths_changed == 1
+    assert died.death_cause == "process_exit" and died.exit_status == 3
+    assert died.external_edits_before == 1 and first.external_edits_before == 0
+    assert failed.model_failure == "model_unavailable" and first.model_failure is None
+    assert summary.spend_usd == summary.spend_usd.__class__("0.03")
+    assert summary.outcomes == {"changed": 1, "no-change": 1, "died": 1}
+    assert summary.death_kinds == {"process_exit": 1}
+    assert summary.journal_heading is not None and "gen 3" in summary.journal_heading
+
+
+def test_cache_is_used_then_extended_incrementally(tmp_path: Path) -> None:
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    cold = summarize(builder.paths, cache)
+    assert not cold.from_cache and len(_cache_files(cache)) == 1
+    warm = summarize(builder.paths, cache)
+    assert warm.from_cache and warm.rows == cold.rows
+    builder.external_edit("more.txt")
+    builder.gen("changed", calls=[CALL])
+    extended = summarize(builder.paths, cache)
+    assert not extended.from_cache and extended.generations == 4
+    assert extended.rows == summarize(builder.paths).rows  # incremental == from scratch
+    assert extended.rows[3].external_edits_before == 1
+
+
+def test_trailing_edit_is_carried_into_the_next_generation(tmp_path: Path) -> None:
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    builder.external_edit("trailing.txt")
+    assert summarize(builder.paths, cache).trailing_edits == 1
+    builder.gen("no-change")
+    assert summarize(builder.paths, cache).rows[-1].external_edits_before == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "digest", "rows", "key"])
+def test_a_damaged_cache_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> None:
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    truth = summarize(builder.paths, cache)
+    [path] = _cache_files(cache)
+    if damage == "garbage":
+        path.write_bytes(b"\x00{not json")
+    else:
+        document = json.loads(path.read_text())
+        if damage == "digest":  # a lie about the spend, with the old digest
+            document["body"]["rows"][0]["spend_usd"] = "999"
+        elif damage == "rows":  # consistent digest, wrong numbering
+            document["body"]["rows"] = document["body"]["rows"][1:]
+            document["sha256"] = summaries._digest(document["body"])
+        else:
+            document["body"]["key"] = "0" * 32
+            document["sha256"] = summaries._digest(document["body"])
+        path.write_text(json.dumps(document))
+    again = summarize(builder.paths, cache)
+    assert not again.from_cache and again.rows == truth.rows
+
+
+def test_a_cache_of_another_history_is_not_extended(tmp_path: Path) -> None:
+    """A cache whose lineage head is no longer on the branch (history rewritten) is
+    rebuilt from scratch, never extended."""
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    summarize(builder.paths, cache)
+    [path] = _cache_files(cache)
+    document = json.loads(path.read_text())
+    document["body"]["lineage_head"] = "1" * 40
+    document["body"]["rows"][0]["spend_usd"] = "999"
+    document["sha256"] = summaries._digest(document["body"])
+    path.write_text(json.dumps(document))
+    again = summarize(builder.paths, cache)
+    assert again.rows[0].spend_usd == "0.01"
+
+
+def test_an_unwritable_cache_is_skipped(tmp_path: Path) -> None:
+    builder = _grown(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert summarize(builder.paths, blocker / "cache").generations == 3
+
+
+def test_the_original_instruments_lineage(original_lineage: Path) -> None:
+    from reconciler.spec.load import default_places
+
+    summary = summarize(default_places(original_lineage, "fixture"))
+    assert summary.generations == 5
+    assert [row.status for row in summary.rows] == [
+        "no-change", "no-change", "no-change", "died", "no-change"]
+    assert summary.rows[3].exit_status == 3
+    assert summary.rows[0].model_failure == "model_unavailable"
+    assert summary.rows[3].external_edits_before == 1
+
+
+def test_no_observations_at_all(sample_lineage: Path) -> None:
+    """The older instrument's lineage has no observation repository: rows, no numbers."""
+    from reconciler.kernel.config import LineagePaths
+
+    repo_git = sample_lineage / ".git"
+    import pygit2
+
+    branch = pygit2.Repository(str(sample_lineage)).head.shorthand
+    paths = LineagePaths(sample_lineage, repo_git, sample_lineage.with_name("none"),
+                         branch, f"observations/{branch}")
+    summary = summarize(paths)
+    assert summary.generations > 0 and not any(row.observed for row in summary.rows)
+    assert all(row.spend_usd is None for row in summary.rows)
