@@ -1,0 +1,225 @@
+"""Installing ouro: declared dependencies, the pinned set, CI = README, a wheel that runs.
+
+A dependency that ouro imports but pyproject.toml does not declare, or that
+constraints.txt does not pin, fails here (and a clean venv in CI fails on it too).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pygit2
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from reconciler.state import instrument
+from tests.host import require
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _requirements(extra: str | None = None) -> list[Requirement]:
+    project = PYPROJECT["project"]
+    texts = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return [Requirement(text) for text in texts]
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for number, line in enumerate((ROOT / "constraints.txt").read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)", line)
+        assert match, f"constraints.txt:{number}: {line!r} is not NAME==VERSION"
+        pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+@pytest.mark.parametrize("extra", [None, "test"], ids=["runtime", "test"])
+def test_every_declared_dependency_is_pinned_inside_its_bounds(extra: str | None) -> None:
+    pins = _pins()
+    for requirement in _requirements(extra):
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement} is not pinned in constraints.txt (refresh it)"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}"
+        )
+
+
+def test_the_runtime_dependencies_have_upper_bounds() -> None:
+    unbounded = [str(r) for r in _requirements() if not any(
+        s.operator in ("<", "<=", "==", "~=") for s in r.specifier)]
+    assert not unbounded, f"no upper bound: {unbounded}"
+
+
+def _imported_roots(folder: Path) -> dict[str, str]:
+    """Top-level names imported by the .py files under folder -> one place importing it."""
+    roots: dict[str, str] = {}
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                roots.setdefault(name.split(".")[0], f"{path.relative_to(ROOT)}:{node.lineno}")
+    return roots
+
+
+def _undeclared(folder: Path, declared: set[str], local: set[str]) -> list[str]:
+    providers = importlib.metadata.packages_distributions()
+    problems = []
+    for root, where in sorted(_imported_roots(folder).items()):
+        if root in sys.stdlib_module_names or root in local:
+            continue
+        dists = {canonicalize_name(d) for d in providers.get(root, [])}
+        if not dists & declared:
+            problems.append(f"{where}: imports {root!r} (from {sorted(dists) or 'nowhere'})")
+    return problems
+
+
+def test_reconciler_imports_only_declared_dependencies() -> None:
+    declared = {canonicalize_name(r.name) for r in _requirements()}
+    problems = _undeclared(ROOT / "reconciler", declared, {"reconciler"})
+    assert not problems, "undeclared runtime dependencies:\n" + "\n".join(problems)
+
+
+def test_tests_import_only_declared_dependencies() -> None:
+    declared = {canonicalize_name(r.name) for r in [*_requirements(), *_requirements("test")]}
+    local = {"reconciler", "tests", "conftest", "helpers", "builder", "organism_harness",
+             "measure_overhead"}
+    problems = _undeclared(ROOT / "tests", declared, local)
+    assert not problems, "undeclared test dependencies:\n" + "\n".join(problems)
+
+
+def test_no_module_imports_click() -> None:
+    # typer >= 0.29 bundles its own click; `import click` works only where click is there
+    # by chance (the bug this guards against). typer's own names are the interface.
+    users = {root: where for root, where in _imported_roots(ROOT / "reconciler").items()}
+    assert "click" not in users, f"{users.get('click')}: imports click"
+
+
+def _readme_block(heading_words: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    at = text.index(heading_words)
+    block = re.search(r"```sh\n(.*?)\n```", text[at:], re.S)
+    assert block, f"no sh block after {heading_words!r}"
+    return block[1].strip()
+
+
+def test_ci_runs_the_readme_test_command_in_a_fresh_venv() -> None:
+    readme = _readme_block("Install and run the tests")
+    script = (ROOT / ".ci" / "run").read_text()
+    commands = [line.strip() for line in script.splitlines()
+                if line.strip().startswith(('python3 -m venv', '"$venv/bin/python"'))]
+    ci = " && ".join(commands).replace('"$venv"', ".venv").replace('"$venv/bin/python"',
+                                                                    ".venv/bin/python")
+    ci = ci.replace(" || status=$?", "")
+    assert ci == readme, f"README:\n  {readme}\n.ci/run:\n  {ci}"
+    assert "-c constraints.txt" in readme
+
+
+def test_readme_install_uses_a_venv_and_the_constraints() -> None:
+    readme = _readme_block("Install and run the main job")
+    words = shlex.split(readme.replace("&&", " "))
+    assert "python3-venv" in words
+    assert "-c" in words and "constraints.txt" in words
+    assert not re.search(r"(^|&& )python3 -m pip", readme), "pip into the system Python"
+    apt = re.search(r'APT_PACKAGES=\(([^)]*)\)', (ROOT / ".ci" / "run").read_text())
+    assert apt, ".ci/run has one APT_PACKAGES list"
+    for package in ("bubblewrap", "emacs-nox", "curl", "git", "python3-venv"):
+        assert package in apt[1].split()
+
+
+def test_the_build_writes_the_file_the_instrument_reads() -> None:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    found = None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "BUILD_COMMIT" and isinstance(node.value, ast.Call)):
+            found = Path(*(ast.literal_eval(arg) for arg in node.value.args))
+    assert found is not None, "setup.py names BUILD_COMMIT"
+    assert ROOT / found == instrument.BUILD_COMMIT_FILE.resolve()
+
+
+def _kernel_is_committed() -> tuple[bool, str]:
+    repo = pygit2.Repository(str(ROOT))
+    if repo.head_is_unborn:
+        return False, "no commit"
+    dirty = [p for p, f in repo.status().items() if p.startswith("reconciler/kernel/")
+             and f not in (pygit2.GIT_STATUS_CURRENT, pygit2.GIT_STATUS_IGNORED)
+             and not p.endswith(".pyc")]
+    return not dirty, f"kernel files not committed: {dirty[:3]}"
+
+
+def _venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin"
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OURO_INSTRUMENT", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_a_built_wheel_installs_and_applies_the_default_fleet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require(shutil.which("bwrap") is not None and shutil.which("emacs") is not None,
+            "needs bubblewrap and Emacs")
+    committed, why = _kernel_is_committed()
+    require(committed, f"a wheel records HEAD only for committed physics: {why}")
+    monkeypatch.delenv("OURO_INSTRUMENT_COMMIT")
+    expected = instrument.commit()  # what this checkout is, read from its git
+
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+        capture_output=True, text=True, env=_clean_env(), timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("ouro-*.whl")
+
+    bin_dir = _venv(tmp_path / "venv")
+    installed = subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "-q", "-c",
+         str(ROOT / "constraints.txt"), str(wheel)],
+        capture_output=True, text=True, env=_clean_env(), timeout=600)
+    assert installed.returncode == 0, installed.stderr
+
+    work = tmp_path / "elsewhere"  # no git checkout anywhere above it
+    shutil.copytree(ROOT / "specs", work / "specs")
+    env = _clean_env(OURO_STATE_DIR=str(tmp_path / "state"))
+    ouro = str(bin_dir / "ouro")
+    done = subprocess.run([ouro, "apply", "--yes", "specs/"], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = subprocess.run([ouro, "status", "--json", "specs/"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    for name in ("scribe", "quiet"):
+        lineage = tmp_path / "state" / f"{name}.git"
+        repo = pygit2.Repository(str(lineage))
+        root = repo.references[f"refs/heads/lineage-{name}"].peel(pygit2.Commit)
+        while root.parents:
+            root = root.parents[0]
+        metadata = json.loads(root.tree[".ouroboros-lineage.json"].data)
+        assert metadata["instrument_commit"] == expected, metadata
