@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 
 from reconciler.cli.options import Json, SpecPaths, StateDir
-from reconciler.engine.verify import DEFAULT_TIMEOUT
 
 
 def verify_command(
@@ -20,16 +19,19 @@ def verify_command(
     as_json: Json = False,
     state_dir: StateDir = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="seconds before the audit is stopped", min=1)
-    ] = DEFAULT_TIMEOUT,
+        float | None,
+        typer.Option("--timeout", help="seconds before the audit is stopped (default: 600)",
+                     min=1),
+    ] = None,  # the engine's DEFAULT_TIMEOUT, imported in the command: start-up stays light
 ) -> None:
     """Audit both repositories of each lineage: exit 0 consistent, 1 findings or unknown."""
-    from reconciler.engine.verify import verify
+    from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
     from reconciler.spec.load import load_specs
 
     loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
-    report = verify([(spec.name, spec.paths()) for spec in loaded], timeout=timeout)
+    report = verify([(spec.name, spec.paths()) for spec in loaded],
+                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))
     raise SystemExit(report.exit_status)
 

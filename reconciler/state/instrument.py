@@ -89,6 +89,11 @@ def _fingerprint() -> str:
     return kernel_identity.fingerprint()
 
 
+def fingerprint() -> str:
+    """The fingerprint of the kernel this ouro runs (computed once per process)."""
+    return _fingerprint()
+
+
 def current() -> Identity:
     """This instrument, as a lineage born now would record it."""
     ref, repository = _ref_and_repository()
