@@ -10,14 +10,15 @@ from __future__ import annotations
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from reconciler.cli.options import Json, StateDir
-from reconciler.engine.session import ApplyRequest
 from reconciler.errors import ApplyError
-from reconciler.plan import Plan
+
+if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
+    from reconciler.plan import Plan
 
 
 def _money(text: str | None) -> Decimal | None:
@@ -104,7 +105,7 @@ def apply_command(
     state_dir: StateDir = None,
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
-    from reconciler.engine.session import apply
+    from reconciler.engine.session import ApplyRequest, apply
     from reconciler.report.apply import apply_json, apply_summary
     from reconciler.report.progress import LiveReporter, PlainReporter, SilentReporter
 
