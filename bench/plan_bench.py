@@ -62,7 +62,6 @@ os.environ["OURO_INSTRUMENT_COMMIT"] = BENCH_COMMIT
 
 import pygit2  # noqa: E402
 
-from reconciler import instrument  # noqa: E402
 from reconciler.kernel import formats  # noqa: E402
 from reconciler.kernel.config import (  # noqa: E402
     GENERATION_SCHEMA,
@@ -72,6 +71,7 @@ from reconciler.kernel.config import (  # noqa: E402
     ModelConfig,
     constraints_manifest,
 )
+from reconciler.state import instrument  # noqa: E402
 
 
 def _git(*args: str, cwd: Path | None = None) -> bytes:

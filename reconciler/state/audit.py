@@ -9,6 +9,11 @@ Unknown is not guilty: a history that cannot be read yields ``unknown`` with no
 findings, never an accusation. A finding names a stable code (``CODES``), the
 lineage and, where one applies, a generation number: no paths, no messages.
 
+The audit is linear in practice: every version of the journal and of the observations'
+folder is checked against the newest one by hashing prefixes (``_Prefixes``), never by
+reading it (reading each version was quadratic); only a version that is not a prefix is
+read and diffed.
+
 The restored body after a death (``restored_organism``) follows the original
 instrument exactly: on a death whose parent is P, organism.el becomes the
 organism.el of the second-newest commit (first-parent history from P, root
@@ -24,6 +29,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
@@ -100,6 +106,7 @@ _INSTRUMENT_KEYS = (
 )
 _DEATH_MAY_CHANGE = frozenset({ORGANISM_FILE, JOURNAL_FILE})
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+_HASH_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,13 @@ def _blob_id(tree: pygit2.Tree, name: str) -> pygit2.Oid | None:
         return None
     entry = tree[name]
     return entry.id if entry.type_str == "blob" else None
+
+
+def _tree_id(tree: pygit2.Tree, name: str) -> pygit2.Oid | None:
+    if name not in tree:
+        return None
+    entry = tree[name]
+    return entry.id if entry.type_str == "tree" else None
 
 
 def _blob_bytes(repo: pygit2.Repository, oid: pygit2.Oid | None) -> bytes | None:
@@ -225,6 +239,58 @@ def restored_organism(
     if len(changes) == 1:
         return organisms[changes[0]]
     return organisms[parent_index]
+
+
+class _Prefixes:
+    """Which versions of an append-only object are a prefix of its newest version.
+
+    Reading every version of a growing file (the journal) or tree (the observations'
+    ``generations/``) is quadratic in history. Instead, each version's size is read
+    from its object header and the version is a prefix of the newest content when
+    the git object id of that prefix is the version's id: equal ids, equal bytes.
+    Hashing prefixes is cheap; when a version is not a prefix (``None``), the caller
+    does the exact, slower check.
+    """
+
+    def __init__(self, repo: pygit2.Repository, kind: str, final: bytes) -> None:
+        self.repo, self.kind, self.final = repo, kind, memoryview(final)
+        self.known: dict[pygit2.Oid, int | None] = {}
+
+    def length(self, oid: pygit2.Oid | None) -> int | None:
+        """The version's size if it is a prefix of the newest content (0 for no version)."""
+        if oid is None:
+            return 0
+        if oid not in self.known:
+            self.prepare([oid])
+        return self.known[oid]
+
+    def prepare(self, oids: Iterable[pygit2.Oid | None]) -> None:
+        """Measure many versions at once: the hashing runs on a few threads (hashlib
+        releases the GIL), since it is the one cost here that grows faster than history."""
+        sizes: dict[pygit2.Oid, int] = {}
+        for oid in oids:
+            if oid is None or oid in self.known or oid in sizes:
+                continue
+            try:
+                _kind, size = self.repo.odb.read_header(oid)
+            except (KeyError, ValueError, pygit2.GitError):
+                self.known[oid] = None
+                continue
+            if size > len(self.final):
+                self.known[oid] = None
+            else:
+                sizes[oid] = int(size)
+        items = list(sizes.items())
+        with ThreadPoolExecutor(max_workers=_HASH_THREADS) as pool:
+            for (oid, size), same in zip(items, pool.map(self._same, items), strict=True):
+                self.known[oid] = size if same else None
+
+    def _same(self, item: tuple[pygit2.Oid, int]) -> bool:
+        oid, size = item
+        algorithm = hashlib.sha1 if len(str(oid)) == 40 else hashlib.sha256
+        digest = algorithm(f"{self.kind} {size}\0".encode("ascii"), usedforsecurity=False)
+        digest.update(self.final[:size])
+        return digest.hexdigest() == str(oid)
 
 
 # ---------------------------------------------------------------- validation
@@ -383,6 +449,9 @@ class _Audit:
         generations: dict[int, tuple[pygit2.Oid, str | None]] = {}
         organisms = [_blob_id(commit.tree, ORGANISM_FILE) for commit in chain]
         metadata = _blob_id(chain[0].tree, METADATA_FILE)
+        journals = _Prefixes(
+            repo, "blob", _blob_bytes(repo, _blob_id(chain[-1].tree, JOURNAL_FILE)) or b"")
+        journals.prepare(_blob_id(commit.tree, JOURNAL_FILE) for commit in chain)
         count = 0
         for index, commit in enumerate(chain[1:], start=1):
             parent = chain[index - 1]
@@ -402,7 +471,7 @@ class _Audit:
             if parsed is not None and status is None:
                 self.find("generation-subject", number)
             generations[number] = (commit.id, status)
-            self._journal_append(repo, parent, commit, number, status)
+            self._journal_append(repo, parent, commit, number, status, journals)
             changed = self._changed_paths(parent, commit)
             if any(".git" in path.split("/") for path in changed):
                 self.find("git-path-added", number)
@@ -424,14 +493,21 @@ class _Audit:
 
     def _journal_append(
         self, repo: pygit2.Repository, parent: pygit2.Commit, commit: pygit2.Commit,
-        number: int, status: str | None,
+        number: int, status: str | None, journals: _Prefixes,
     ) -> None:
-        before = _blob_bytes(repo, _blob_id(parent.tree, JOURNAL_FILE)) or b""
-        after = _blob_bytes(repo, _blob_id(commit.tree, JOURNAL_FILE)) or b""
-        if not after.startswith(before):
-            self.find("journal-not-append", number)
-            return
-        added = formats.parse_journal(after[len(before):].decode("utf-8", errors="replace"))
+        before_id = _blob_id(parent.tree, JOURNAL_FILE)
+        after_id = _blob_id(commit.tree, JOURNAL_FILE)
+        start, end = journals.length(before_id), journals.length(after_id)
+        if start is not None and end is not None and start <= end:
+            appended = bytes(journals.final[start:end])  # both are prefixes of the newest
+        else:  # the exact check, reading both versions
+            before = _blob_bytes(repo, before_id) or b""
+            after = _blob_bytes(repo, after_id) or b""
+            if not after.startswith(before):
+                self.find("journal-not-append", number)
+                return
+            appended = after[len(before):]
+        added = formats.parse_journal(appended.decode("utf-8", errors="replace"))
         own = [heading for heading in added if heading.number == number]
         if len(added) != 1 or not own:
             self.find("journal-entry-missing", number)
@@ -493,8 +569,23 @@ class _Audit:
             self.find("metadata-disagree")
 
     def observation_history(self, repo: pygit2.Repository, chain: list[pygit2.Commit]) -> None:
-        """Observations are appended, never edited or removed."""
+        """Observations are appended, never edited or removed.
+
+        Linear: a commit whose metadata.json is unchanged (or new) and whose
+        ``generations/`` tree is a prefix of the newest one (its entries are sorted,
+        and appended numbers sort last) only added files; only the other commits are
+        diffed.
+        """
+        folders = [_tree_id(commit.tree, "generations") for commit in chain]
+        final = repo.odb.read(folders[-1])[1] if folders[-1] is not None else b""
+        prefixes = _Prefixes(repo, "tree", final)
+        prefixes.prepare(folders)
+        metadata = [_blob_id(commit.tree, "metadata.json") for commit in chain]
         for index, commit in enumerate(chain[1:], start=1):
+            start, end = prefixes.length(folders[index - 1]), prefixes.length(folders[index])
+            if (metadata[index - 1] in (None, metadata[index]) and start is not None
+                    and end is not None and start <= end):
+                continue
             deltas = chain[index - 1].tree.diff_to_tree(commit.tree).deltas
             rewritten = sorted(
                 delta.old_file.path

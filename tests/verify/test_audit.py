@@ -656,3 +656,40 @@ def test_the_audit_writes_nothing(tmp_path: Path) -> None:
     before = snapshot()
     audit_lineage(lineage.paths, lineage.name)
     assert snapshot() == before
+
+
+# ------------------------------------------------------------------ the linear shortcuts
+# verify checks that each version of the journal and of the observations' folder is a
+# prefix of the newest one by hashing prefixes; an edit that is later undone leaves the
+# newest version as it should be, so it must still be found (by the exact check).
+
+
+def test_a_journal_edited_then_restored_is_found(tmp_path: Path) -> None:
+    lineage = sound(tmp_path)
+    honest = lineage.files["journal.md"]
+    journal_rewritten_by_generation(lineage)  # gen 5 rewrites gen 3's stderr
+    n = lineage.generation + 1
+    entry = formats.journal_entry(5, "no-change", "2026-11-29T16:00:00+00:00")
+    restored = honest + entry.encode()  # gen 6 puts the honest text back
+    entry6 = formats.journal_entry(n, "no-change", "2026-11-29T16:00:01+00:00")
+    oid = lineage.commit(formats.subject_no_change(n), {"journal.md": restored + entry6.encode()})
+    lineage.generation = n
+    lineage.write_observation(n, lineage.record(n, "no-change", oid, calls=[]), "no-change")
+    assert {("journal-not-append", 5), ("journal-not-append", 6)} <= found(lineage)
+
+
+def test_an_observation_edited_then_restored_is_found(tmp_path: Path) -> None:
+    lineage = sound(tmp_path)
+    honest = lineage.observation_record(2)
+    lineage.rewrite_observation(2, {**honest, "outcome": "signal"})
+    lineage.rewrite_observation(2, honest)
+    assert ("observation-rewritten", 2) in found(lineage)
+
+
+def test_a_long_sound_history_is_consistent(tmp_path: Path) -> None:
+    """Many generations through the shortcut: no false finding."""
+    lineage = sound(tmp_path)
+    for _ in range(40):
+        lineage.no_change()
+    result = audit_lineage(lineage.paths, lineage.name)
+    assert (result.status, result.generations) == ("consistent", 44)
