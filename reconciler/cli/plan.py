@@ -31,13 +31,14 @@ def plan_command(
     from reconciler.report.render import plan_json, plan_markdown, print_plan
     from reconciler.spec.load import load_specs
     from reconciler.state import instrument
+    from reconciler.state.branches import spec_paths
     from reconciler.state.observe import observe
 
     if as_json and markdown:
         raise OuroError("ouro plan: --json and --markdown cannot be used together")
     specs = load_specs(paths, state_dir=state_dir)
     identity = instrument.current()
-    plan = make_plan([(spec, observe(spec.paths())) for spec in specs], identity)
+    plan = make_plan([(spec, observe(spec_paths(spec))) for spec in specs], identity)
     if out is not None:
         save_plan(plan, out, specs)
     if as_json:

@@ -13,6 +13,7 @@ def status_command(paths: SpecPaths, as_json: Json = False, state_dir: StateDir 
     """What each lineage is now: generations, outcomes, deaths, spend, journal, heads."""
     from reconciler.report.render import StatusLine, print_status, status_json
     from reconciler.spec.load import load_specs
+    from reconciler.state.branches import spec_paths
     from reconciler.state.fleet import summary_cache_dir
     from reconciler.state.observe import observe, read_status
 
@@ -20,7 +21,7 @@ def status_command(paths: SpecPaths, as_json: Json = False, state_dir: StateDir 
     cache = summary_cache_dir(state_dir)
     lines = []
     for spec in specs:
-        lineage = spec.paths()
+        lineage = spec_paths(spec)
         lines.append(StatusLine(spec.name, read_status(lineage, observe(lineage), cache)))
     if as_json:
         sys.stdout.write(status_json(lines))

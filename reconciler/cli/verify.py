@@ -28,9 +28,10 @@ def verify_command(
     from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
     from reconciler.spec.load import load_specs
+    from reconciler.state.branches import spec_paths
 
     loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
-    report = verify([(spec.name, spec.paths()) for spec in loaded],
+    report = verify([(spec.name, spec_paths(spec)) for spec in loaded],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))
     raise SystemExit(report.exit_status)

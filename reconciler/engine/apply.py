@@ -37,6 +37,7 @@ from reconciler.kernel.config import Identity
 from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
+from reconciler.state.branches import spec_paths
 from reconciler.state.observe import observe
 
 TRANSIENT_ATTEMPTS = 4
@@ -192,9 +193,9 @@ class Engine:
         result = LineageResult(
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
         )
-        paths = spec.paths()
         try:
-            with LineageLock(spec.name, paths.git_dir, timeout=self.lock_timeout):
+            with LineageLock(spec.name, spec.paths().git_dir, timeout=self.lock_timeout):
+                paths = spec_paths(spec)  # under the lock: the branches as they are now
                 observed = observe(paths)
                 current = plan_lineage(spec, observed, self.identity)
                 if current.action == "recover":
@@ -244,7 +245,7 @@ class Engine:
     ) -> None:
         from reconciler.kernel import generation
 
-        paths = spec.paths()
+        paths = spec_paths(spec)
         desired = current.desired_generations
         done = current.observed_generations
         model = spec.model()
@@ -294,7 +295,7 @@ class Engine:
 
     def _finish(self, spec: LoadedSpec, result: LineageResult) -> LineageResult:
         try:
-            final = plan_lineage(spec, observe(spec.paths()), self.identity)
+            final = plan_lineage(spec, observe(spec_paths(spec)), self.identity)
             result.final_action = final.action
             result.final_generations = final.observed_generations
         except OuroError as error:

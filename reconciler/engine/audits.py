@@ -13,6 +13,7 @@ from typing import Any
 from reconciler.engine.verify import AuditHandle, start_background_audit
 from reconciler.errors import OuroError
 from reconciler.spec.load import LoadedSpec
+from reconciler.state.branches import spec_paths
 
 AUDIT_WAIT_S = 120.0  # per batch, once the generations are done
 
@@ -33,7 +34,7 @@ class AuditBatches:
 
     def _launch(self) -> None:
         if self._waiting:
-            items = [(spec.name, spec.paths()) for spec in self._waiting]
+            items = [(spec.name, spec_paths(spec)) for spec in self._waiting]
             self._handles.append(start_background_audit(items))
             self._waiting = []
 

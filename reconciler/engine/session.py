@@ -40,6 +40,7 @@ from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
 from reconciler.spec.load import LoadedSpec, load_specs
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
+from reconciler.state.branches import spec_paths
 from reconciler.state.observe import observe
 
 EXIT_INTERRUPTED = 130
@@ -155,7 +156,7 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
     else:
         specs = load_specs(paths, state_dir=request.state_dir)
     specs = _selected(specs, request.select)
-    observed = {spec.name: observe(spec.paths()) for spec in specs}
+    observed = {spec.name: observe(spec_paths(spec)) for spec in specs}
     plan = make_plan([(spec, observed[spec.name]) for spec in specs], identity)
     if saved is not None:
         stale = check_fresh(

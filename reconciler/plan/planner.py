@@ -294,8 +294,9 @@ def _observation_disagrees(
                 found.append(f"{key} is {obs.get(key)!r} in the observations, "
                              f"{lineage.get(key)!r} in the lineage")
         paths = observed.paths
-        for key, want in (("lineage_branch", paths.branch),
-                          ("observation_branch", paths.observation_branch)):
+        branches = () if _problem_messages(observed, "branch-mismatch") else (
+            ("lineage_branch", paths.branch), ("observation_branch", paths.observation_branch))
+        for key, want in branches:  # (a branch-mismatch already names both branches)
             if obs.get(key) != want:
                 found.append(f"observation metadata {key} is {obs.get(key)!r}, not {want!r}")
     problems = _problem_messages(observed, "observation-disagrees")

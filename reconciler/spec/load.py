@@ -64,6 +64,10 @@ class LoadedSpec:
     document_index: int
     line: int
     sha256: str
+    # The branches the document names (None: unset). ``paths()`` fills the defaults of a
+    # birth; for an existing lineage unset means "its own" (reconciler.state.branches).
+    declared_branch: str | None = None
+    declared_observation_branch: str | None = None
 
     @property
     def name(self) -> str:
@@ -567,6 +571,8 @@ def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
         document_index=document.index,
         line=_mark(document.node)[0],
         sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        declared_branch=storage.branch,
+        declared_observation_branch=storage.observation_branch,
     )
 
 

@@ -1,7 +1,8 @@
 """Which lineages a history command looks at: by name, through specs or the state dir.
 
 Rule: read-only. A name is found in the specs given (``--specs``), else as
-``<state dir>/<name>`` with the default places and branches. A folder of
+``<state dir>/<name>`` with the default places and the branches it records
+(``reconciler.state.branches``). A folder of
 lineages without specs is the state dir's every ``NAME`` that has ``NAME.git``
 and ``NAME.observations`` beside it.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from reconciler.errors import StateError
 from reconciler.kernel.config import LineagePaths
 from reconciler.spec.load import default_places, load_specs, state_dir
+from reconciler.state.branches import resolve, spec_paths
 
 __all__ = ["Lineage", "find_lineages", "fleet", "summary_cache_dir"]
 
@@ -45,14 +47,15 @@ def _in_state_dir(folder: Path) -> list[Lineage]:
             continue
         places = default_places(folder / name, name)
         if places.git_dir.is_dir() and places.observations.is_dir():
-            found.append(Lineage(name, places))
+            found.append(Lineage(name, resolve(places, declared_branch=None,
+                                               declared_observation_branch=None)))
     return found
 
 
 def fleet(specs: Sequence[Path], explicit_state_dir: Path | None = None) -> list[Lineage]:
     """The specs' lineages (in spec order), or every lineage in the state dir."""
     if specs:
-        return [Lineage(spec.name, spec.paths())
+        return [Lineage(spec.name, spec_paths(spec))
                 for spec in load_specs(specs, state_dir=explicit_state_dir)]
     return _in_state_dir(state_dir(explicit_state_dir))
 

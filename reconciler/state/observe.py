@@ -22,7 +22,7 @@ import os
 import stat
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from reconciler.kernel.config import (
     OBSERVATIONS_SCHEMA,
     LineagePaths,
 )
+from reconciler.state.branches import Recorded, recorded_branches
 
 __all__ = [
     "INTENT_MARKER",
@@ -122,6 +123,9 @@ class Observed:
     interrupted: Interrupted | None
     problems: tuple[ReadProblem, ...]
     full_walk: bool  # the whole first-parent history had to be read
+    # The branches read: ``paths``' own, or (when the spec names a branch that does not
+    # exist) the ones holding the lineage, so that a refused lineage still shows itself.
+    branches_read: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def any_exists(self) -> bool:
@@ -215,6 +219,20 @@ class _Problems:
         self.items.append(ReadProblem(code, message))
 
 
+def _check_recorded(paths: LineagePaths, recorded: Recorded, problems: _Problems) -> None:
+    """A branch the spec names that is not the one the lineage records: refuse, naming both."""
+    for label, want, have, source in (
+        ("branch", paths.branch, recorded.lineage, recorded.lineage_source),
+        ("observation_branch", paths.observation_branch, recorded.observation,
+         recorded.observation_source),
+    ):
+        if have is not None and have != want:
+            problems.add(
+                "branch-mismatch",
+                f"the lineage records {label} {have!r} ({source}); the spec names {want!r}",
+            )
+
+
 # ---------------------------------------------------------------- the lineage repo
 
 
@@ -223,6 +241,7 @@ class _LineageRead:
     repo: pygit2.Repository | None = None
     head: pygit2.Commit | None = None
     head_branch: str | None = None
+    branch: str | None = None  # the branch read: the spec's, else the one holding the lineage
     root: pygit2.Commit | None = None
     metadata: dict[str, Any] | None = None
     newest_gen: pygit2.Commit | None = None  # newest first-parent `gen ` commit
@@ -230,7 +249,9 @@ class _LineageRead:
     generations: list[GenerationCommit] | None = None  # only after a full walk
 
 
-def _read_lineage_repo(paths: LineagePaths, problems: _Problems) -> _LineageRead:
+def _read_lineage_repo(
+    paths: LineagePaths, problems: _Problems, recorded: Recorded
+) -> _LineageRead:
     read = _LineageRead()
     repo = _open(paths.git_dir, bare=True)
     if repo is None:
@@ -239,15 +260,23 @@ def _read_lineage_repo(paths: LineagePaths, problems: _Problems) -> _LineageRead
     read.repo = repo
     read.head_branch = _head_branch(repo)
     head = _branch_target(repo, paths.branch)
+    read.branch = paths.branch
     if head is None:
         problems.add(
             "branch-mismatch",
             f"{paths.git_dir} has no branch {paths.branch!r}"
             + (f" (HEAD is on {read.head_branch!r})" if read.head_branch else ""),
         )
-        return read
+        # Refused, but what the lineage is is still reported: read the branch holding it.
+        for other in dict.fromkeys((recorded.lineage, read.head_branch)):
+            head = _branch_target(repo, other) if other else None
+            if head is not None:
+                read.branch = other
+                break
+        if head is None:
+            return read
     read.head = head
-    if read.head_branch != paths.branch:
+    if read.head_branch != paths.branch and read.branch == paths.branch:
         problems.add(
             "branch-mismatch",
             f"{paths.git_dir} has {read.head_branch or 'a detached HEAD'!s} checked out, "
@@ -359,6 +388,7 @@ def _check_root(read: _LineageRead, paths: LineagePaths, problems: _Problems) ->
 class _ObservationRead:
     repo: pygit2.Repository | None = None
     head: pygit2.Commit | None = None
+    branch: str | None = None  # the branch read: the spec's, else the one holding them
     metadata: dict[str, Any] | None = None
     generations_tree: pygit2.Tree | None = None
     count: int = 0
@@ -383,7 +413,9 @@ class _ObservationRead:
         return value
 
 
-def _read_observation_repo(paths: LineagePaths, problems: _Problems) -> _ObservationRead:
+def _read_observation_repo(
+    paths: LineagePaths, problems: _Problems, recorded: Recorded
+) -> _ObservationRead:
     read = _ObservationRead()
     repo = _open(paths.observations)
     where = paths.observations
@@ -391,13 +423,24 @@ def _read_observation_repo(paths: LineagePaths, problems: _Problems) -> _Observa
         problems.add("not-a-lineage", f"{where} exists but is not a git repository")
         return read
     read.repo = repo
-    head = _branch_target(repo, paths.observation_branch)
-    if head is None:
-        problems.add("branch-mismatch", f"{where} has no branch {paths.observation_branch!r}")
-        return read
-    read.head = head
     checked_out = _head_branch(repo)
-    if checked_out != paths.observation_branch:
+    head = _branch_target(repo, paths.observation_branch)
+    read.branch = paths.observation_branch
+    if head is None:
+        problems.add(
+            "branch-mismatch",
+            f"{where} has no branch {paths.observation_branch!r}"
+            + (f" (HEAD is on {checked_out!r})" if checked_out else ""),
+        )
+        for other in dict.fromkeys((recorded.observation, checked_out)):
+            head = _branch_target(repo, other) if other else None
+            if head is not None:
+                read.branch = other
+                break
+        if head is None:
+            return read
+    read.head = head
+    if checked_out != paths.observation_branch and read.branch == paths.observation_branch:
         problems.add(
             "branch-mismatch",
             f"{where} has {checked_out or 'a detached HEAD'} checked out, "
@@ -785,10 +828,15 @@ def observe(paths: LineagePaths) -> Observed:
     dirty: tuple[str, ...] = ()
     interrupted: Interrupted | None = None
     try:
+        recorded = (
+            recorded_branches(paths) if git_dir_exists or observations_exist
+            else Recorded(None, None)
+        )
+        _check_recorded(paths, recorded, problems)
         if git_dir_exists:
-            lin = _read_lineage_repo(paths, problems)
+            lin = _read_lineage_repo(paths, problems, recorded)
         if observations_exist:
-            obs = _read_observation_repo(paths, problems)
+            obs = _read_observation_repo(paths, problems, recorded)
         if lin.repo is not None and lin.head is not None:
             if _fast_agrees(lin, obs):
                 generations = lin.newest_number or 0
@@ -855,6 +903,8 @@ def observe(paths: LineagePaths) -> Observed:
         interrupted=interrupted,
         problems=tuple(problems.items),
         full_walk=full_walk,
+        branches_read={"lineage": lin.branch if lin.head is not None else None,
+                       "observation": obs.branch if obs.head is not None else None},
     )
 
 
@@ -885,7 +935,13 @@ def read_status(paths: LineagePaths, observed: Observed,
     """
     from reconciler.state.summaries import summarize
 
-    summary = summarize(paths, cache_dir)
+    # The branches observe read: the lineage's own, even when the spec names another.
+    read = replace(
+        paths,
+        branch=observed.branches_read.get("lineage") or paths.branch,
+        observation_branch=observed.branches_read.get("observation") or paths.observation_branch,
+    )
+    summary = summarize(read, cache_dir)
     problems = [p.message for p in observed.problems] + list(summary.problems)
     return StatusReport(
         generations=summary.generations if summary.lineage_head else observed.generations,

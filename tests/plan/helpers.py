@@ -9,7 +9,8 @@ from reconciler.kernel.config import LineagePaths
 
 def spec_yaml(name: str, paths: LineagePaths, *, generations: int, provider: str = "openai",
               model: str = "gpt-5.6", budget: str = "1.00", pin: str | None = None,
-              extra_model: str = "") -> str:
+              extra_model: str = "", branches: bool = True) -> str:
+    """One spec document; ``branches=False`` leaves storage.branch / observation_branch unset."""
     text = f"""apiVersion: ouro/v1
 kind: Lineage
 metadata:
@@ -24,7 +25,9 @@ spec:
     path: {paths.worktree}
     git_dir: {paths.git_dir}
     observations: {paths.observations}
-    branch: {paths.branch}
+"""
+    if branches:
+        text += f"""    branch: {paths.branch}
     observation_branch: {paths.observation_branch}
 """
     if pin:

@@ -1,0 +1,168 @@
+"""Which branches an existing lineage lives on: the ones it records. Read-only.
+
+Rule: a spec that leaves ``storage.branch`` / ``observation_branch`` unset means
+"the lineage's own branches". For a lineage that exists, those are what its
+records name, in this order: the observation repository's ``metadata.json``
+(``lineage_branch``, ``observation_branch``, on the branch its HEAD names);
+the lineage's root metadata, when it names them; else the branch each
+repository's HEAD names. The loader's defaults (``lineage-<name>``,
+``observations/<branch>``) apply only to a birth, or when nothing is recorded.
+A branch the spec names is used as named; ``observe`` then refuses a
+mismatch with the recorded one, naming both.
+
+Like ``observe``, nothing here writes and nothing raises for a damaged
+lineage: what cannot be read is simply not a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import pygit2
+
+from reconciler.kernel.config import METADATA_FILE, LineagePaths
+from reconciler.kernel.lineage import OBSERVATION_METADATA_FILE
+
+__all__ = ["DeclaredSpec", "Recorded", "recorded_branches", "resolve", "spec_paths"]
+
+_READ_ERRORS = (pygit2.GitError, KeyError, ValueError, OSError, TypeError, UnicodeDecodeError)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The branches a lineage's records name (None: nothing names one), and where."""
+
+    lineage: str | None
+    observation: str | None
+    lineage_source: str = ""
+    observation_source: str = ""
+
+
+class DeclaredSpec(Protocol):
+    """What resolution needs of a spec (``reconciler.spec.load.LoadedSpec``)."""
+
+    @property
+    def declared_branch(self) -> str | None: ...
+    @property
+    def declared_observation_branch(self) -> str | None: ...
+    def paths(self) -> LineagePaths: ...
+
+
+def _open(path: os.PathLike[str], *, bare: bool) -> pygit2.Repository | None:
+    flags = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+    if bare:
+        flags |= pygit2.enums.RepositoryOpenFlag.BARE
+    try:
+        return pygit2.Repository(os.fspath(path), flags)
+    except _READ_ERRORS:
+        return None
+
+
+def _head_branch(repo: pygit2.Repository) -> str | None:
+    try:
+        target = repo.lookup_reference("HEAD").target
+    except _READ_ERRORS:
+        return None
+    if isinstance(target, str) and target.startswith("refs/heads/"):
+        return target.removeprefix("refs/heads/")
+    return None
+
+
+def _head_commit(repo: pygit2.Repository) -> pygit2.Commit | None:
+    try:
+        commit = repo.head.peel(pygit2.Commit)
+    except _READ_ERRORS:
+        return None
+    return commit if isinstance(commit, pygit2.Commit) else None
+
+
+def _json_object(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> dict[str, Any]:
+    try:
+        blob = repo[commit.tree[path].id]
+        if not isinstance(blob, pygit2.Blob):
+            return {}
+        value = json.loads(bytes(blob.data).decode("utf-8"))
+    except _READ_ERRORS:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _name(record: dict[str, Any], key: str) -> str | None:
+    value = record.get(key)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _root_metadata(repo: pygit2.Repository) -> dict[str, Any]:
+    """The root commit's metadata on HEAD's first-parent line. O(history): only called
+    when the observation repository names no branch (it is absent or unreadable)."""
+    commit = _head_commit(repo)
+    try:
+        while commit is not None and commit.parent_ids:
+            parent = repo.get(commit.parent_ids[0])
+            commit = parent if isinstance(parent, pygit2.Commit) else None
+    except _READ_ERRORS:
+        return {}
+    return _json_object(repo, commit, METADATA_FILE) if commit is not None else {}
+
+
+def recorded_branches(paths: LineagePaths) -> Recorded:
+    """The branches the lineage at ``paths`` records (its places as they are now)."""
+    lineage: str | None = None
+    observation: str | None = None
+    lineage_source = observation_source = ""
+    obs = _open(paths.observations, bare=False) if os.path.lexists(paths.observations) else None
+    if obs is not None:
+        head = _head_commit(obs)
+        record = _json_object(obs, head, OBSERVATION_METADATA_FILE) if head is not None else {}
+        where = f"{paths.observations}/{OBSERVATION_METADATA_FILE}"
+        lineage, observation = _name(record, "lineage_branch"), _name(record, "observation_branch")
+        lineage_source = where if lineage else ""
+        observation_source = where if observation else ""
+    repo = _open(paths.git_dir, bare=True) if os.path.lexists(paths.git_dir) else None
+    if repo is not None and (lineage is None or observation is None):
+        root = _root_metadata(repo)
+        where = f"{paths.git_dir}: {METADATA_FILE} of the root commit"
+        if lineage is None and _name(root, "lineage_branch"):
+            lineage, lineage_source = _name(root, "lineage_branch"), where
+        if observation is None and _name(root, "observation_branch"):
+            observation, observation_source = _name(root, "observation_branch"), where
+    if lineage is None and repo is not None:
+        lineage = _head_branch(repo)
+        lineage_source = f"the HEAD of {paths.git_dir}" if lineage else ""
+    if observation is None and obs is not None:
+        observation = _head_branch(obs)
+        observation_source = f"the HEAD of {paths.observations}" if observation else ""
+    return Recorded(lineage, observation, lineage_source, observation_source)
+
+
+def resolve(
+    paths: LineagePaths, *, declared_branch: str | None, declared_observation_branch: str | None
+) -> LineagePaths:
+    """``paths`` (the loader's defaults) with the branches the spec means.
+
+    Declared branches win; an unset one is the recorded one when the lineage exists,
+    else the default (a birth).
+    """
+    if declared_branch and declared_observation_branch:
+        return replace(paths, branch=declared_branch,
+                       observation_branch=declared_observation_branch)
+    if not any(os.path.lexists(p) for p in (paths.worktree, paths.git_dir, paths.observations)):
+        return paths
+    recorded = recorded_branches(paths)
+    branch = declared_branch or recorded.lineage or paths.branch
+    observation = (
+        declared_observation_branch or recorded.observation or f"observations/{branch}"
+    )
+    return replace(paths, branch=branch, observation_branch=observation)
+
+
+def spec_paths(spec: DeclaredSpec) -> LineagePaths:
+    """The places and branches of a spec's lineage as they are now (see the module rule)."""
+    return resolve(
+        spec.paths(),
+        declared_branch=spec.declared_branch,
+        declared_observation_branch=spec.declared_observation_branch,
+    )
