@@ -11,8 +11,8 @@ from reconciler import spec
 from reconciler.spec import load, prices, units
 
 PUBLIC = {
-    load: ["MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec", "load_specs",
-           "state_dir"],
+    load: ["MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec", "default_places",
+           "load_specs", "state_dir"],
     spec: ["API_VERSION", "DEFAULT_API_KEY_ENV", "KIND", "PAID_PROVIDERS", "CeilingsSpec",
            "InstrumentSpec", "LineageBody", "LineageSpec", "Metadata", "ModelSpec", "PriceSpec",
            "StorageSpec", "branch_name_problem", "json_schema"],
@@ -37,7 +37,8 @@ def test_the_contract_signatures() -> None:
         "(explicit: 'Path | None' = None) -> 'Path'"
     )
     fields = [f for f in load.LoadedSpec.__dataclass_fields__]
-    assert fields == ["spec", "file", "document_index", "line", "sha256"]
+    assert fields == ["spec", "file", "document_index", "line", "sha256", "declared_branch",
+                      "declared_observation_branch"]
     for name in ("paths", "model", "ceilings"):
         assert callable(getattr(load.LoadedSpec, name))
     assert isinstance(load.LoadedSpec.name, property)
