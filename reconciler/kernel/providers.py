@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import email.utils
 import json
+import os
 import random
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -361,6 +363,21 @@ def replay_files(folder: Path) -> list[Path]:
                   key=lambda path: path.name)
 
 
+def _read_reply(path: Path) -> bytes:
+    """A reply file's bytes, never more than a provider's response may be (size checked
+    before reading; opening never blocks on a FIFO swapped in)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RESPONSE_BYTES:
+            raise OSError(f"not a regular file of at most {MAX_RESPONSE_BYTES} bytes "
+                          f"({info.st_size} bytes)")
+        data = handle.read(MAX_RESPONSE_BYTES + 1)
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise OSError(f"more than {MAX_RESPONSE_BYTES} bytes")
+    return data
+
+
 class ReplayProvider:
     """Scripted responses; the cursor counts successful requests across the lineage."""
 
@@ -380,7 +397,7 @@ class ReplayProvider:
                 retryable=False, billable=False)
         path = files[self.cursor]
         try:
-            text = path.read_bytes().decode("utf-8")
+            text = _read_reply(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ProviderFailure("replay_unreadable", f"{path.name}: {exc}"[:DETAIL_CHARS],
                                   retryable=False, billable=False) from exc

@@ -21,8 +21,10 @@ from typing import Any, Protocol
 from reconciler.errors import PlanFileError
 from reconciler.kernel.config import Identity
 from reconciler.plan import ACTIONS, Plan
+from reconciler.spec.files import FileRefused, read_limited
 
 __all__ = [
+    "MAX_PLAN_BYTES",
     "PLANFILE_FORMAT",
     "HeadsLike",
     "SavedLineage",
@@ -34,6 +36,8 @@ __all__ = [
 ]
 
 PLANFILE_FORMAT = "ouro-plan-file/v1"
+# A plan names each lineage's heads and a few fields: ~1 KB per lineage.
+MAX_PLAN_BYTES = 64 << 20
 
 
 class HeadsLike(Protocol):
@@ -152,9 +156,14 @@ def _optional_str(data: Mapping[str, Any], key: str, where: str) -> str | None:
 def load_plan(path: Path) -> SavedPlan:
     """Read a saved plan, type-checking every field; PlanFileError if unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        data = json.loads(read_limited(path, MAX_PLAN_BYTES, "a plan file").decode("utf-8"))
+    except (FileRefused, ValueError) as error:
         raise PlanFileError(f"ouro: cannot read the plan file {path}: {error}") from error
+    except RecursionError as error:  # [[[[... : json recurses once per level
+        raise PlanFileError(
+            f"ouro: cannot read the plan file {path}: nested too deeply to be a plan; "
+            "make it again with `ouro plan PATH -o FILE`"
+        ) from error
     where = str(path)
     if not isinstance(data, dict) or data.get("format") != PLANFILE_FORMAT:
         raise PlanFileError(f"ouro: {where} is not an {PLANFILE_FORMAT} plan file")

@@ -35,8 +35,10 @@ from ruamel.yaml.reader import ReaderError
 from reconciler.errors import Problem, SpecError
 from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import API_VERSION, KIND, LineageSpec, units
+from reconciler.spec.files import FileRefused, read_limited
 
 __all__ = [
+    "MAX_ALIAS_NODES",
     "MAX_FILE_BYTES",
     "MAX_FLOW_DEPTH",
     "SPEC_SUFFIXES",
@@ -49,6 +51,10 @@ __all__ = [
 SPEC_SUFFIXES = (".yaml", ".yml")
 MAX_FILE_BYTES = 1 << 20  # a spec is a page of YAML; beyond this it is a mistake
 MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in flow nesting: refuse before parsing
+# Aliases and merge keys (<<) may add at most this many nodes to a document beyond those
+# written in it: a spec needs little repetition, and a 1 KB file of chained aliases can
+# otherwise expand to billions of nodes (minutes of CPU, gigabytes of memory).
+MAX_ALIAS_NODES = 10_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -212,15 +218,9 @@ def _collect(paths: Sequence[Path], problems: list[Problem]) -> list[_Source]:
 
 def _read_text(source: _Source, problems: list[Problem]) -> str | None:
     try:
-        data = source.path.read_bytes()
-    except OSError as error:
-        problems.append(_problem(source.shown, 1, 1, "",
-                                 f"cannot read: {error.strerror or error}"))
-        return None
-    if len(data) > MAX_FILE_BYTES:
-        problems.append(_problem(source.shown, 1, 1, "",
-                                 f"too large for a spec file ({len(data)} bytes; at most "
-                                 f"{MAX_FILE_BYTES})"))
+        data = read_limited(source.path, MAX_FILE_BYTES, "a spec file")
+    except FileRefused as error:
+        problems.append(_problem(source.shown, 1, 1, "", str(error)))
         return None
     try:
         text = data.decode("utf-8")
@@ -299,6 +299,55 @@ def _mark(node: Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _alias_expansion(root: Node) -> tuple[Node, str] | None:
+    """Where a document's aliases expand beyond MAX_ALIAS_NODES, or refer to themselves.
+
+    An alias is the very node it names, so the composed document is a graph; its
+    expansion (what constructing and validating it would walk) counts a node once per
+    path to it. Counted in one memoised post-order pass, linear in the distinct nodes.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            continue
+        if key in sizes:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in on_path:
+                return node, "an alias refers to a node that contains it (a cycle)"
+            if id(child) not in sizes:
+                stack.append((child, False))
+    if sizes[id(root)] <= len(sizes) + MAX_ALIAS_NODES:
+        return None
+    blamed = root  # the deepest node whose expansion alone is too large
+    while True:
+        biggest = max(_children(blamed), key=lambda child: sizes[id(child)], default=None)
+        if biggest is None or sizes[id(biggest)] <= MAX_ALIAS_NODES:
+            break
+        blamed = biggest
+    return blamed, (
+        f"aliases and merge keys (<<) expand this document to {sizes[id(root)]} nodes, "
+        f"more than {MAX_ALIAS_NODES} beyond the {len(sizes)} written: write the "
+        "values out instead of repeating anchors"
+    )
+
+
 def _duplicate_keys(source: _Source, root: Node, problems: list[Problem]) -> None:
     """Duplicate keys in any mapping (YAML forbids them; a silent overwrite hides a typo)."""
     visited: set[int] = set()
@@ -375,6 +424,10 @@ def _read_documents(source: _Source, text: str, problems: list[Problem], *,
                                 and node.value in ("", "~", "null", "Null", "NULL")):
                 continue  # an empty document: `---` with nothing after it
             count += 1
+            blown = _alias_expansion(node)
+            if blown is not None:
+                problems.append(_problem(source.shown, *_mark(blown[0]), "", blown[1]))
+                continue
             _duplicate_keys(source, node, problems)
             try:
                 value = yaml.constructor.construct_document(node)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,10 +275,14 @@ def test_paths_that_hold_no_specs(tmp_path: Path, make: object, expected: str) -
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, "locked.yaml", MINIMAL.format(name="x"))
 
-    def refuse(self: Path) -> bytes:
-        raise PermissionError(13, "Permission denied", str(self))
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    def refuse(file: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(file) == path:  # root reads any file: deny this one at the syscall's door
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
     assert problems([path]) == [f"{path}:1:1: cannot read: Permission denied"]
 
 

@@ -8,11 +8,12 @@ from types import ModuleType
 import pytest
 
 from reconciler import spec
-from reconciler.spec import load, prices, units
+from reconciler.spec import files, load, prices, units
 
 PUBLIC = {
-    load: ["MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec", "default_places",
-           "load_specs", "state_dir"],
+    files: ["FileRefused", "read_limited"],
+    load: ["MAX_ALIAS_NODES", "MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec",
+           "default_places", "load_specs", "state_dir"],
     spec: ["API_VERSION", "DEFAULT_API_KEY_ENV", "KIND", "PAID_PROVIDERS", "CeilingsSpec",
            "InstrumentSpec", "LineageBody", "LineageSpec", "Metadata", "ModelSpec", "PriceSpec",
            "StorageSpec", "branch_name_problem", "json_schema"],
