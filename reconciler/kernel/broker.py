@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +44,7 @@ from .config import (
     Price,
 )
 from .errors import ProviderConfigError, RecoveryError, TransientError
+from .formats import calls_spend
 
 __all__ = [
     "AUDIT_FILE",
@@ -264,7 +265,7 @@ class Broker:
                 self.kill()
         self._cleanup()
         calls = self.read_audit(self.private_dir)
-        return BrokerReport(calls, _total(calls))
+        return BrokerReport(calls, calls_spend(calls))
 
     def kill(self) -> None:
         """SIGKILL the broker now (its audit so far stays readable)."""
@@ -337,11 +338,3 @@ def _log_tail(private_dir: Path) -> str:
     return " | ".join(lines[-5:]) or "it exited without a word"
 
 
-def _total(calls: list[dict[str, Any]]) -> Decimal:
-    total = Decimal(0)
-    for call in calls:
-        try:
-            total += Decimal(str(call.get("accounted_usd") or "0"))
-        except InvalidOperation:
-            continue
-    return total

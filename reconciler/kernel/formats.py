@@ -9,7 +9,9 @@ spellings (``changed +A/-D``, ``died (exit RC); reverted``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 Status = Literal["changed", "no-change", "died"]
@@ -190,15 +192,32 @@ def last_heading_line(text: str) -> str | None:
     return text.split("\n")[headings[-1].line - 1] if headings else None
 
 
+# ---------------------------------------------------------------- file names
+
+# In the observation repository: its metadata, one record per generation in
+# generations/NNNN.json, and the model spend of discarded (interrupted) attempts.
+OBSERVATION_METADATA_FILE = "metadata.json"
+GENERATIONS_DIR = "generations"
+INTERRUPTED_DIR = "interrupted"
+# In the lineage's git dir while a generation is in flight: its intent marker.
+MARKER_FILE = "ouro-generation.json"
+MARKER_SCHEMA = "ouro-generation-intent/v1"
+# The lineage metadata keys the observation metadata repeats: the instrument it was born
+# under; the last three are its physics, which only the same physics may extend.
+INSTRUMENT_KEYS = ("instrument_repository", "instrument_ref", "instrument_commit",
+                   "instrument_fingerprint", "seed_sha256")
+PHYSICS_KEYS = INSTRUMENT_KEYS[2:]
+
+
 # ---------------------------------------------------------------- observations
 
 
 def observation_path(n: int) -> str:
-    return f"generations/{n:04d}.json"
+    return f"{GENERATIONS_DIR}/{n:04d}.json"
 
 
 def parse_observation_path(path: str) -> int | None:
-    match = re.fullmatch(r"generations/([0-9]{4,})\.json", path)
+    match = re.fullmatch(rf"{GENERATIONS_DIR}/([0-9]{{4,}})\.json", path)
     return int(match.group(1)) if match else None
 
 
@@ -223,9 +242,6 @@ def parse_observation_subject(subject: str) -> tuple[int, str] | None:
     return (int(match.group("n")), match.group("outcome")) if match else None
 
 
-# Model spend of discarded (interrupted) attempts, kept apart from the generations.
-INTERRUPTED_DIR = "interrupted"
-
 DEATH_OUTCOMES = ("process_exit", "signal", "wall_timeout", "cgroup_oom", "decoder_rejection")
 
 
@@ -238,3 +254,43 @@ def status_of_outcome(outcome: str) -> Status | None:
     if outcome in DEATH_OUTCOMES:
         return "died"
     return None
+
+
+# ---------------------------------------------------------------- spend
+
+
+def usd_amount(value: object) -> Decimal | None:
+    """A recorded USD amount: a decimal string or an integer (never a float or a bool),
+    finite and not negative; None if ``value`` is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Decimal(value) if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        return None
+    return amount if amount.is_finite() and amount >= 0 else None
+
+
+def call_spend(call: object) -> Decimal:
+    """What one ``model_calls`` record cost: its ``accounted_usd``; when that is unknown
+    (null, absent or not an amount), its ``reserved_usd`` (a request whose usage is
+    unknown keeps its worst case); 0 when neither is known."""
+    if not isinstance(call, Mapping):
+        return Decimal(0)
+    for key in ("accounted_usd", "reserved_usd"):
+        amount = usd_amount(call.get(key))
+        if amount is not None:
+            return amount
+    return Decimal(0)
+
+
+def calls_spend(calls: object) -> Decimal:
+    """The spend of a list of ``model_calls`` records: the one spend rule (the kernel's
+    outcome, recovery's record of a discarded attempt, status and verify use it)."""
+    if not isinstance(calls, list):
+        return Decimal(0)
+    return sum((call_spend(call) for call in calls), Decimal(0))

@@ -70,8 +70,11 @@ from .errors import (
 )
 from .formats import (
     EXTERNAL_EDIT_SUBJECT,
+    OBSERVATION_METADATA_FILE,
+    PHYSICS_KEYS,
     Status,
     append_entry,
+    calls_spend,
     journal_entry,
     observation_path,
     observation_subject,
@@ -79,6 +82,7 @@ from .formats import (
     subject_changed,
     subject_died,
 )
+from .leftovers import ACTIONABLE
 from .relay import Door
 
 if TYPE_CHECKING:
@@ -109,7 +113,6 @@ KILL_POINTS = (
 KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
 JOURNAL_TAIL_LINES = 5
 OBSERVATION_TAIL_LINES = 20
-OBSERVATION_METADATA_FILE = "metadata.json"
 
 
 class _Either(threading.Event):
@@ -300,9 +303,7 @@ def _inspect(paths: LineagePaths, identity: Identity) -> _State:
         "schema": OBSERVATIONS_SCHEMA,
         "lineage_branch": paths.branch,
         "observation_branch": paths.observation_branch,
-        "instrument_commit": metadata.get("instrument_commit"),
-        "instrument_fingerprint": metadata.get("instrument_fingerprint"),
-        "seed_sha256": metadata.get("seed_sha256"),
+        **{key: metadata.get(key) for key in PHYSICS_KEYS},
     }
     wrong = sorted(k for k, v in expected.items() if (observed_meta or {}).get(k) != v)
     if observed_meta is None or wrong:
@@ -312,21 +313,20 @@ def _inspect(paths: LineagePaths, identity: Identity) -> _State:
             reason="observation-disagrees",
         )
 
-    observed = recovery.count_observations(observations, obs_head)
-    present, _ = publish.read_marker(paths)
-    if present or observed == generations + 1:
+    present, marker = publish.read_marker(paths)
+    found = recovery.leftovers_of(lineage, observations, head, obs_head, present, marker,
+                                  (generations, newest))
+    if found.kind in ACTIONABLE:
         raise RecoveryError(
-            f"kernel: {paths.branch} has leftovers of an interrupted generation: "
-            "recover it first (ouro apply does)"
+            f"kernel: {paths.branch} has leftovers of an interrupted generation "
+            f"({found.detail}): recover it first (ouro apply does)"
         )
-    last = recovery.read_observation(observations, obs_head, generations) if generations else None
-    if observed != generations or (
-        generations and (newest is None or last is None
-                         or last.get("lineage_commit") != str(newest.id))
-    ):
+    if found.kind == "stray-marker":
+        raise RecoveryError(f"kernel: {paths.branch}: {found.detail}: leftovers a human must "
+                            f"look at ({publish.marker_path(paths)})")
+    if found.kind == "unbalanced":
         raise DriftError(
-            f"kernel: {paths.branch} has {generations} generation commits and "
-            f"{paths.observations} {observed} observations, which do not match",
+            f"kernel: {paths.branch} and {paths.observations} do not match: {found.detail}",
             reason="unbalanced",
         )
     return _State(lineage, observations, head, obs_head, generations + 1)
@@ -718,7 +718,7 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
     parts.broker = None
     broker.kill()
     calls = runtime.read_audit(parts.private_dir)
-    spend = recovery.spend(calls)
+    spend = calls_spend(calls)
     if getattr(result, "cancelled", False) or (cancel is not None and cancel.is_set()):
         recovery.recover(paths)
         raise GenerationCancelled(

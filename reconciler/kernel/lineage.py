@@ -33,7 +33,12 @@ from .config import (
     LineagePaths,
 )
 from .errors import BirthError
-from .formats import SEED_SUBJECT, observation_init_subject
+from .formats import (
+    INSTRUMENT_KEYS,
+    OBSERVATION_METADATA_FILE,
+    SEED_SUBJECT,
+    observation_init_subject,
+)
 from .identity import OBJECT_ID, is_object_id
 
 __all__ = [
@@ -50,7 +55,6 @@ __all__ = [
 
 SIGNATURE = pygit2.Signature("ouroboros", "ouroboros@localhost")
 ORGANISM = Path(__file__).with_name(ORGANISM_FILE)
-OBSERVATION_METADATA_FILE = "metadata.json"
 # The git dir is exactly the given path (no nested .git); never reinitialise anything.
 _INIT_FLAGS = InitFlag.NO_DOTGIT_DIR | InitFlag.NO_REINIT
 
@@ -64,12 +68,14 @@ def lineage_metadata(identity: Identity, seed_digest: str) -> dict[str, Any]:
     """The ``.ouroboros-lineage.json`` object of a lineage born under ``identity``."""
     return {
         "schema": LINEAGE_SCHEMA,
-        "instrument_repository": identity.repository,
-        "instrument_ref": identity.ref,
-        "instrument_commit": identity.commit,
-        "instrument_fingerprint": identity.fingerprint,
-        "seed_sha256": seed_digest,
+        **_instrument(identity, seed_digest),
     }
+
+
+def _instrument(identity: Identity, seed_digest: str) -> dict[str, str]:
+    """The ``INSTRUMENT_KEYS`` of both metadata files."""
+    return dict(zip(INSTRUMENT_KEYS, (identity.repository, identity.ref, identity.commit,
+                                      identity.fingerprint, seed_digest), strict=True))
 
 
 def observation_metadata(
@@ -80,11 +86,7 @@ def observation_metadata(
         "schema": OBSERVATIONS_SCHEMA,
         "lineage_branch": paths.branch,
         "observation_branch": paths.observation_branch,
-        "instrument_repository": identity.repository,
-        "instrument_ref": identity.ref,
-        "instrument_commit": identity.commit,
-        "instrument_fingerprint": identity.fingerprint,
-        "seed_sha256": seed_digest,
+        **_instrument(identity, seed_digest),
     }
 
 

@@ -49,7 +49,7 @@ from tenacity import (
 
 from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
 from .errors import ConcurrentChangeError, DecoderRejection, PreflightError, RecoveryError
-from .formats import Change
+from .formats import MARKER_FILE, MARKER_SCHEMA, Change
 
 __all__ = [
     "MARKER_FILE",
@@ -83,8 +83,6 @@ __all__ = [
     "write_marker",
 ]
 
-MARKER_FILE = "ouro-generation.json"
-MARKER_SCHEMA = "ouro-generation-intent/v1"
 PRIVATE_DIR = "ouro-private"  # under the git dir: broker HOME/TMPDIR and audit, never mounted
 
 FILE = pygit2.GIT_FILEMODE_BLOB

@@ -32,7 +32,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,11 +41,14 @@ from . import publish
 from .config import LineagePaths
 from .errors import KernelError, PreflightError, RecoveryError
 from .formats import (
+    GENERATIONS_DIR,
     INTERRUPTED_DIR,
+    calls_spend,
     is_generation_subject,
     observation_path,
     parse_generation_subject,
 )
+from .leftovers import Leftovers, classify_leftovers, pending_problem
 
 __all__ = [
     "INTERRUPTED_DIR",
@@ -62,14 +64,12 @@ __all__ = [
     "kernel_temp_root",
     "recover",
     "scope_prefix",
-    "spend",
     "sweep_orphans",
     "walk_first_parent",
 ]
 
 INTERRUPTED_SCHEMA = "ouro-interrupted-generation/v1"
 KERNEL_DIR_PREFIX = "ouro-kernel-"
-GENERATIONS_DIR = "generations"
 
 Action = Literal["none", "rolled-forward", "discarded", "cleaned-up"]
 
@@ -253,16 +253,6 @@ def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> 
     publish.set_index(repo, head.tree)
 
 
-def spend(calls: list[dict[str, Any]]) -> Decimal:
-    total = Decimal(0)
-    for call in calls:
-        with contextlib.suppress(InvalidOperation, TypeError, ValueError):
-            value = call.get("accounted_usd")
-            if value is not None:
-                total += Decimal(str(value))
-    return total
-
-
 def _read_audit(private_dir: object) -> list[dict[str, Any]]:
     if not isinstance(private_dir, str):
         return []
@@ -306,7 +296,7 @@ def discard(
             "lineage_head": marker.get("lineage_head") if marker else None,
             "observation_head": marker.get("observation_head") if marker else None,
             "lineage_commit": marker.get("lineage_commit") if marker else None,
-            "accounted_usd": str(spend(calls)),
+            "accounted_usd": str(calls_spend(calls)),
             "model_calls": calls,
         }
         data = (json.dumps(record, indent=2) + "\n").encode("utf-8")
@@ -324,7 +314,7 @@ def discard(
     return RecoveryReport(
         "discarded", generation, None, record_path,
         f"generation {generation} was interrupted before its observation: discarded "
-        f"(it re-runs; spend ${spend(calls)} recorded in {record_path})",
+        f"(it re-runs; spend ${calls_spend(calls)} recorded in {record_path})",
     )
 
 
@@ -357,30 +347,24 @@ def _recover(paths: LineagePaths) -> RecoveryReport:
     obs_head = publish.branch_head(observations, paths.observation_branch)
     if head is None or obs_head is None:
         raise RecoveryError(f"kernel: {paths.branch} or {paths.observation_branch} is missing")
-    generations, newest = count_generations(head)
-    observed = count_observations(observations, obs_head)
-
-    if observed == generations + 1:
-        return _roll_forward(paths, lineage, observations, head, obs_head, generations, marker)
-    if observed != generations:
+    counted = count_generations(head)
+    generations = counted[0]
+    found = leftovers_of(lineage, observations, head, obs_head, present, marker, counted)
+    if found.kind == "roll-forward":
+        assert found.lineage_commit is not None
+        return _roll_forward(paths, lineage, observations, head, obs_head, found.lineage_commit,
+                             marker)
+    if found.kind == "unbalanced":
         raise RecoveryError(
-            f"kernel: {paths.branch} has {generations} generation commits but "
-            f"{paths.observations} has {observed} observations: unbalanced beyond recovery"
+            f"kernel: {paths.branch} and {paths.observations}: {found.detail}: "
+            "unbalanced beyond recovery"
         )
-    if generations:
-        last = read_observation(observations, obs_head, generations)
-        if newest is None or last is None or last.get("lineage_commit") != str(newest.id):
-            raise RecoveryError(
-                f"kernel: observation {generations} does not name gen {generations} "
-                f"({newest.id if newest else None}): unbalanced beyond recovery"
-            )
-    if not present:
+    if found.kind == "none":
         return RecoveryReport("none", detail="nothing to recover")
-    if marker is None:
+    if found.kind == "discard" and marker is None:
         return discard(paths, lineage, observations, None, generations + 1,
                        "intent marker unreadable")
-    number = marker.get("generation")
-    if number == generations and generations and marker.get("lineage_commit") == str(head.id):
+    if found.kind == "cleanup" and marker is not None:
         if marker.get("phase") != "running":
             publish.checkout_worktree(lineage, head)
         _sync_observation_worktree(observations, obs_head)
@@ -390,12 +374,41 @@ def _recover(paths: LineagePaths) -> RecoveryReport:
             "cleaned-up", generations, str(head.id), None,
             f"generation {generations} was published; worktree reset, marker dropped",
         )
-    if number == generations + 1:
+    if found.kind == "discard":
         return discard(paths, lineage, observations, marker, generations + 1,
-                       f"interrupted in phase {marker.get('phase')}")
+                       f"interrupted in phase {found.phase}")
     raise RecoveryError(
-        f"kernel: the intent marker names generation {number!r}, but {paths.branch} has "
-        f"{generations}: leftovers a human must look at ({publish.marker_path(paths)})"
+        f"kernel: {paths.branch}: {found.detail}: leftovers a human must look at "
+        f"({publish.marker_path(paths)})"
+    )
+
+
+def leftovers_of(
+    lineage: pygit2.Repository,
+    observations: pygit2.Repository,
+    head: pygit2.Commit,
+    obs_head: pygit2.Commit,
+    marker_present: bool,
+    marker: dict[str, Any] | None,
+    counted: tuple[int, pygit2.Commit | None] | None = None,
+) -> Leftovers:
+    """``leftovers.classify_leftovers`` on what the two repositories hold now
+    (``counted``: ``count_generations(head)``, when the caller has it already)."""
+    generations, newest = counted or count_generations(head)
+    observed = count_observations(observations, obs_head)
+    pending = problem = None
+    if observed == generations + 1:
+        record = read_observation(observations, obs_head, observed)
+        named = record.get("lineage_commit") if record else None
+        pending = named if isinstance(named, str) else None
+        problem = pending_problem(lineage, head, named, observed)
+    last = read_observation(observations, obs_head, generations) if generations else None
+    return classify_leftovers(
+        generations=generations, observed=observed, head=str(head.id),
+        newest_observed=not generations or (
+            newest is not None and last is not None
+            and last.get("lineage_commit") == str(newest.id)),
+        pending=pending, pending_problem=problem, marker_present=marker_present, marker=marker,
     )
 
 
@@ -405,26 +418,16 @@ def _roll_forward(
     observations: pygit2.Repository,
     head: pygit2.Commit,
     obs_head: pygit2.Commit,
-    generations: int,
+    commit: str,
     marker: dict[str, Any] | None,
 ) -> RecoveryReport:
-    number = generations + 1
-    record = read_observation(observations, obs_head, number)
-    named = record.get("lineage_commit") if record else None
-    target = lineage.get(named) if isinstance(named, str) else None
-    parsed = (
-        parse_generation_subject(target.message) if isinstance(target, pygit2.Commit) else None
-    )
-    if (
-        not isinstance(target, pygit2.Commit)
-        or [str(p) for p in target.parent_ids[:1]] != [str(head.id)]
-        or parsed is None
-        or parsed.number != number
-    ):
-        raise RecoveryError(
-            f"kernel: observation {number} names {named!r}, which is not gen {number} on top "
-            f"of {paths.branch} ({head.id}): unbalanced beyond recovery"
-        )
+    """Move the branch to ``commit``, which ``classify_leftovers`` found to be the observed
+    next generation on top of ``head``."""
+    target = lineage[commit]
+    assert isinstance(target, pygit2.Commit)
+    parsed = parse_generation_subject(target.message)
+    assert parsed is not None
+    number = parsed.number
     publish.cas_ref(lineage, paths.branch, head.id, target.id, f"ouro: roll forward gen {number}")
     publish.checkout_worktree(lineage, target)
     _sync_observation_worktree(observations, obs_head)

@@ -29,6 +29,7 @@ from reconciler.kernel.config import (
     ModelConfig,
     constraints_manifest,
 )
+from reconciler.kernel.formats import INSTRUMENT_KEYS
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 
 __all__ = [
@@ -62,13 +63,7 @@ Reason = Literal[
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
-_SHARED_METADATA = (
-    "instrument_repository",
-    "instrument_ref",
-    "instrument_commit",
-    "instrument_fingerprint",
-    "seed_sha256",
-)
+_SHARED_METADATA = INSTRUMENT_KEYS
 
 
 class ProblemLike(Protocol):

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
 
 import pygit2
@@ -46,6 +46,7 @@ from reconciler.kernel.config import (
     ORGANISM_FILE,
     LineagePaths,
 )
+from reconciler.kernel.identity import OBJECT_ID
 
 __all__ = [
     "CODES",
@@ -96,14 +97,8 @@ CODES: Mapping[str, str] = {
 }
 
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
-_OBJECT_ID = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
-_INSTRUMENT_KEYS = (
-    "instrument_repository",
-    "instrument_ref",
-    "instrument_commit",
-    "instrument_fingerprint",
-    "seed_sha256",
-)
+_OBJECT_ID = OBJECT_ID
+_INSTRUMENT_KEYS = formats.INSTRUMENT_KEYS
 _DEATH_MAY_CHANGE = frozenset({ORGANISM_FILE, JOURNAL_FILE})
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _HASH_THREADS = 2
@@ -181,17 +176,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _money(value: Any) -> Decimal | None:
-    """A recorded USD amount (string or integer, never a float); None if invalid."""
-    if _is_int(value):
-        return Decimal(value)
-    if not isinstance(value, str):
-        return None
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() and amount >= 0 else None
+_money = formats.usd_amount
 
 
 def _first_parent_chain(repo: pygit2.Repository, head: pygit2.Oid) -> list[pygit2.Commit]:
@@ -381,17 +366,9 @@ def observation_valid(record: Any, number: int) -> bool:
 
 
 def accounted_spend(record: Mapping[str, Any]) -> Decimal:
-    """The spend a generation's broker accounted: each call's accounted USD, or its
-    reservation when usage was unknown (an unknown request keeps its reservation)."""
-    total = Decimal(0)
-    for call in record.get("model_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        amount = _money(call.get("accounted_usd"))
-        if amount is None:
-            amount = _money(call.get("reserved_usd"))
-        total += amount or Decimal(0)
-    return total
+    """The spend a generation's broker accounted (the kernel's one rule,
+    ``formats.calls_spend``)."""
+    return formats.calls_spend(record.get("model_calls"))
 
 
 # ---------------------------------------------------------------- the audit
@@ -547,7 +524,7 @@ class _Audit:
     def observation_metadata(
         self, repo: pygit2.Repository, head: pygit2.Commit, lineage_metadata: dict[str, Any] | None
     ) -> None:
-        raw = _blob_bytes(repo, _blob_id(head.tree, "metadata.json"))
+        raw = _blob_bytes(repo, _blob_id(head.tree, formats.OBSERVATION_METADATA_FILE))
         if raw is None:
             self.find("observation-metadata-missing")
             return
@@ -591,7 +568,7 @@ class _Audit:
                 delta.old_file.path
                 for delta in deltas
                 if delta.status != pygit2.enums.DeltaStatus.ADDED
-                and (delta.old_file.path == "metadata.json"
+                and (delta.old_file.path == formats.OBSERVATION_METADATA_FILE
                      or formats.parse_observation_path(delta.old_file.path) is not None)
             )
             if rewritten:
@@ -602,12 +579,13 @@ class _Audit:
         self, repo: pygit2.Repository, head: pygit2.Commit
     ) -> dict[int, list[bytes]]:
         files: dict[int, list[bytes]] = {}
-        if "generations" not in head.tree or head.tree["generations"].type_str != "tree":
+        if (formats.GENERATIONS_DIR not in head.tree
+                or head.tree[formats.GENERATIONS_DIR].type_str != "tree"):
             return files
-        folder = repo[head.tree["generations"].id]
+        folder = repo[head.tree[formats.GENERATIONS_DIR].id]
         assert isinstance(folder, pygit2.Tree)
         for entry in folder:
-            number = formats.parse_observation_path(f"generations/{entry.name}")
+            number = formats.parse_observation_path(f"{formats.GENERATIONS_DIR}/{entry.name}")
             if number is None or entry.type_str != "blob":
                 continue
             files.setdefault(number, []).append(_blob_bytes(repo, entry.id) or b"")

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import pygit2
 
 from reconciler.kernel.config import METADATA_FILE, LineagePaths
-from reconciler.kernel.lineage import OBSERVATION_METADATA_FILE
+from reconciler.kernel.formats import OBSERVATION_METADATA_FILE
 
 __all__ = ["DeclaredSpec", "Recorded", "recorded_branches", "resolve", "spec_paths"]
 

@@ -16,7 +16,6 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel import formats
 from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
-from reconciler.state.observe import GENERATIONS_DIR
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = [
@@ -145,7 +144,7 @@ def _record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
         ref = repo.lookup_reference(f"refs/heads/{paths.observation_branch}").resolve()
         head = repo.get(ref.target)
         assert isinstance(head, pygit2.Commit)
-        folder = repo.get(head.tree[GENERATIONS_DIR].id)
+        folder = repo.get(head.tree[formats.GENERATIONS_DIR].id)
         assert isinstance(folder, pygit2.Tree)
         name = formats.observation_path(generation).split("/", 1)[1]
         blob = repo.get(folder[name].id)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import pygit2
 
-from reconciler.kernel import formats
+from reconciler.kernel import formats, leftovers
 from reconciler.kernel.config import (
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
@@ -49,10 +49,7 @@ __all__ = [
     "read_status",
 ]
 
-INTENT_MARKER = "ouro-generation.json"
-INTENT_SCHEMA = "ouro-generation-intent/v1"
-OBSERVATION_METADATA_FILE = "metadata.json"
-GENERATIONS_DIR = "generations"
+INTENT_MARKER = formats.MARKER_FILE  # the kernel's name, kept under this module's spelling
 _MAX_DIRTY_LISTED = 20
 _FAST_CLEAN_MAX_FILES = 20000
 
@@ -448,9 +445,9 @@ def _read_observation_repo(
         )
     tree = head.tree
     try:
-        metadata = _json_blob(repo, tree, OBSERVATION_METADATA_FILE)
+        metadata = _json_blob(repo, tree, formats.OBSERVATION_METADATA_FILE)
     except KeyError:
-        problems.add("observation-disagrees", f"{where}: no {OBSERVATION_METADATA_FILE}")
+        problems.add("observation-disagrees", f"{where}: no {formats.OBSERVATION_METADATA_FILE}")
         metadata = None
     except (ValueError, UnicodeDecodeError) as error:
         problems.add("observation-disagrees", f"{where}: unreadable metadata.json: {error}")
@@ -464,7 +461,7 @@ def _read_observation_repo(
                 f"{where}: metadata.json is not an {OBSERVATIONS_SCHEMA} document",
             )
     try:
-        generations = repo[tree[GENERATIONS_DIR].id]
+        generations = repo[tree[formats.GENERATIONS_DIR].id]
     except KeyError:
         generations = None
     if isinstance(generations, pygit2.Tree):
@@ -544,28 +541,6 @@ def _compare_with_history(
             )
 
 
-def _pending_commit(
-    lin: _LineageRead, obs: _ObservationRead, generations: int
-) -> tuple[str | None, str | None]:
-    """Observation k+1's commit, and why it cannot be rolled forward (None if it can)."""
-    if obs.count != generations + 1 or lin.repo is None or lin.head is None:
-        return None, None
-    named = _names(obs.last)
-    if named is None:
-        return None, f"observation {obs.count} names no lineage commit"
-    commit = lin.repo.get(named)
-    if not isinstance(commit, pygit2.Commit):
-        return named, f"observation {obs.count} names {named}, which is not in the lineage"
-    if not commit.parent_ids or str(commit.parent_ids[0]) != str(lin.head.id):
-        return named, (
-            f"observation {obs.count} names {named}, whose parent is not the head of the branch"
-        )
-    parsed = formats.parse_generation_subject(_subject(commit))
-    if parsed is None or parsed.number != generations + 1:
-        return named, f"observation {obs.count} names {named}, which is not gen {obs.count}"
-    return named, None
-
-
 def _read_marker(git_dir: Path) -> tuple[bool, dict[str, Any] | None]:
     path = git_dir / INTENT_MARKER
     try:
@@ -578,7 +553,15 @@ def _read_marker(git_dir: Path) -> tuple[bool, dict[str, Any] | None]:
         data = json.loads(text)
     except ValueError:
         return True, None
-    return True, data if isinstance(data, dict) and data.get("schema") == INTENT_SCHEMA else None
+    valid = isinstance(data, dict) and data.get("schema") == formats.MARKER_SCHEMA
+    return True, data if valid else None
+
+
+_REMEDY = {
+    "roll-forward": "apply moves the branch to it",
+    "cleanup": "apply resets the worktree and drops the marker",
+    "discard": "apply discards it (it re-runs; its model spend is recorded)",
+}
 
 
 def _interrupted(
@@ -586,46 +569,37 @@ def _interrupted(
     lin: _LineageRead,
     obs: _ObservationRead,
     generations: int,
+    newest: str | None,
     problems: _Problems,
 ) -> Interrupted | None:
+    """The kernel's classification of the leftovers (``kernel.leftovers``), as observed."""
+    assert lin.repo is not None and lin.head is not None
     marker_present, marker = _read_marker(paths.git_dir)
-    pending, why_not = _pending_commit(lin, obs, generations)
-    phase = marker.get("phase") if marker else None
-    phase = phase if isinstance(phase, str) else None
-    marker_commit = marker.get("lineage_commit") if marker else None
-    marker_commit = marker_commit if isinstance(marker_commit, str) else None
-    marker_gen = marker.get("generation") if marker else None
-    marker_gen = marker_gen if isinstance(marker_gen, int) else None
-    if pending is not None and why_not is None:
-        return Interrupted(
-            "roll-forward", generations + 1, pending, phase,
-            f"observation {generations + 1} names {pending[:12]}, not yet on {paths.branch}: "
-            "apply moves the branch to it",
-        )
-    if pending is not None and why_not is not None:
-        problems.add("unbalanced", f"{paths.observations}: {why_not}")
-    if not marker_present:
-        return None
-    if marker is None:
-        return Interrupted(
-            "discard", None, None, None,
-            f"{paths.git_dir / INTENT_MARKER} is unreadable: apply discards the "
-            "interrupted generation",
-        )
-    head = str(lin.head.id) if lin.head is not None else None
-    if marker_commit is not None and marker_commit == head and (
-        _names(obs.record(generations)) == marker_commit
-    ):
-        return Interrupted(
-            "cleanup", marker_gen, marker_commit, phase,
-            f"generation {marker_gen} was published; apply resets the worktree and "
-            "drops the marker",
-        )
-    return Interrupted(
-        "discard", marker_gen, marker_commit, phase,
-        f"generation {marker_gen} was interrupted ({phase or 'unknown phase'}) before its "
-        "observation was committed: apply discards it (it re-runs; its model spend is recorded)",
+    pending = problem = None
+    if obs.count == generations + 1:
+        pending = _names(obs.last)
+        problem = leftovers.pending_problem(lin.repo, lin.head, pending, obs.count)
+    found = leftovers.classify_leftovers(
+        generations=generations, observed=obs.count, head=str(lin.head.id),
+        newest_observed=not generations or (
+            newest is not None and _names(obs.record(generations)) == newest),
+        pending=pending, pending_problem=problem, marker_present=marker_present, marker=marker,
     )
+    if found.kind == "unbalanced" and problem is not None:
+        problems.add("unbalanced", f"{paths.observations}: {found.detail}")
+    elif found.kind == "stray-marker":
+        problems.add("unbalanced", f"{paths.git_dir / INTENT_MARKER}: {found.detail}: "
+                     "leftovers a human must look at")
+    if found.kind not in leftovers.ACTIONABLE:
+        return None
+    kind: InterruptedKind = (
+        "roll-forward" if found.kind == "roll-forward"
+        else "cleanup" if found.kind == "cleanup" else "discard"
+    )
+    where = paths.branch if kind == "roll-forward" else paths.git_dir / INTENT_MARKER
+    return Interrupted(kind, found.generation if marker is not None or kind == "roll-forward"
+                       else None, found.lineage_commit, found.phase,
+                       f"{where}: {found.detail}: {_REMEDY[kind]}")
 
 
 def _gitlink_target(worktree: Path) -> Path | None:
@@ -854,7 +828,8 @@ def observe(paths: LineagePaths) -> Observed:
                 if obs.head is not None:
                     _compare_with_history(lin, obs, paths, problems)
             _check_root(lin, paths, problems)
-            interrupted = _interrupted(paths, lin, obs, generations, problems)
+            interrupted = _interrupted(paths, lin, obs, generations,
+                                       last.commit if last is not None else None, problems)
         if worktree_exists and lin.head is not None:
             dirty = _dirty(paths, lin, problems)
     except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,

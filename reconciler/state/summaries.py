@@ -53,7 +53,7 @@ __all__ = [
 
 SUMMARY_SCHEMA = "ouro-lineage-summary/v1"
 CACHE_DIR = ".summaries"
-_GENERATIONS_DIR = "generations"
+_GENERATIONS_DIR = formats.GENERATIONS_DIR
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 
