@@ -553,11 +553,11 @@ class _Audit:
         and appended numbers sort last) only added files; only the other commits are
         diffed.
         """
-        folders = [_tree_id(commit.tree, "generations") for commit in chain]
+        folders = [_tree_id(commit.tree, formats.GENERATIONS_DIR) for commit in chain]
         final = repo.odb.read(folders[-1])[1] if folders[-1] is not None else b""
         prefixes = _Prefixes(repo, "tree", final)
         prefixes.prepare(folders)
-        metadata = [_blob_id(commit.tree, "metadata.json") for commit in chain]
+        metadata = [_blob_id(commit.tree, formats.OBSERVATION_METADATA_FILE) for commit in chain]
         for index, commit in enumerate(chain[1:], start=1):
             start, end = prefixes.length(folders[index - 1]), prefixes.length(folders[index])
             if (metadata[index - 1] in (None, metadata[index]) and start is not None
