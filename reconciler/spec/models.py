@@ -78,6 +78,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODEL_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+# For editors: an http(s) URL with a host and no whitespace (the validator, urlsplit, rules).
+_URL = re.compile(
+    r"^[Hh][Tt][Tt][Pp][Ss]?://([^\s/?#@]*@)?(\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)"
+    r"(:[^\s/?#]*)?([/?#]\S*)?$"
+)
 
 
 # --- unit types ------------------------------------------------------------------
@@ -137,7 +142,7 @@ def _to_path(value: Any) -> Path:
 PathText = Annotated[
     Path,
     BeforeValidator(_to_path),
-    WithJsonSchema({"type": "string", "minLength": 1}),
+    WithJsonSchema({"type": "string", "minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}),
 ]
 
 
@@ -185,10 +190,29 @@ def _branch(value: Any) -> str | None:
     return value
 
 
+# branch_name_problem's rules for editors (the function is the authority; a test feeds both).
+_BRANCH_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": r"^[^\x00-\x20\x7f~^:?*\[\\]+$",
+    "not": {
+        "anyOf": [
+            {"enum": ["@", "HEAD"]},
+            {"pattern": r"^-"},
+            {"pattern": r"^/|/$"},
+            {"pattern": r"\.$"},
+            {"pattern": r"\.\."},
+            {"pattern": r"@\{"},
+            {"pattern": r"//"},
+            {"pattern": r"(^|/)\."},
+            {"pattern": r"\.lock(/|$)"},
+        ]
+    },
+}
 BranchName = Annotated[
     str | None,
     BeforeValidator(_branch),
-    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]}),
+    WithJsonSchema({"anyOf": [_BRANCH_SCHEMA, {"type": "null"}]}),
 ]
 
 
@@ -206,7 +230,9 @@ class Metadata(_Strict):
         json_schema_extra={"pattern": _DNS_LABEL.pattern},
     )
     labels: dict[str, str] = Field(
-        default_factory=dict, description="free-form string labels, shown by plan and status"
+        default_factory=dict,
+        description="free-form string labels, shown by plan and status",
+        json_schema_extra={"propertyNames": {"pattern": _LABEL_KEY.pattern}},
     )
 
     @field_validator("name")
@@ -239,8 +265,9 @@ class PriceSpec(_Strict):
         return kc.Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
 
 
-def _no_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)
+def _model_name_schema(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # the default depends on the provider
+    schema["pattern"] = r"^(?=[^\x00-\x1f\x7f]*\S)[^\x00-\x1f\x7f]{1,200}$"
 
 
 def _when(
@@ -266,6 +293,19 @@ _PROVIDER_RULES: list[Any] = [
     ),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
     _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
+    _when(
+        list(PAID_PROVIDERS),
+        {
+            "properties": {
+                "budget_usd": {
+                    "anyOf": [
+                        {"type": "string", "pattern": units.POSITIVE_MONEY_PATTERN},
+                        {"type": "integer", "minimum": 1},
+                    ]
+                }
+            }
+        },
+    ),
     *(
         _when(
             provider,
@@ -293,13 +333,14 @@ class ModelSpec(_Strict):
         validate_default=True,
         description="the provider's model name; required for anthropic, openai and "
         "openai-compatible; for replay and echo it defaults to the provider's name",
-        json_schema_extra=_no_default,
+        json_schema_extra=_model_name_schema,
     )
     base_url: str | None = Field(
         default=None,
         validate_default=True,
         description="openai-compatible only, and required there: the server's API base URL, "
         "e.g. http://127.0.0.1:11434/v1",
+        json_schema_extra={"pattern": _URL.pattern},
     )
     api_key_env: str | None = Field(
         default=None,
@@ -307,6 +348,7 @@ class ModelSpec(_Strict):
         description="environment variable holding the API key; defaults: ANTHROPIC_API_KEY "
         "(anthropic), OPENAI_API_KEY (openai), null (openai-compatible: a keyless local "
         "server); replay and echo take none",
+        json_schema_extra={"pattern": _ENV_NAME.pattern},
     )
     replay: PathText | None = Field(
         default=None,
@@ -572,7 +614,40 @@ class LineageSpec(_Strict):
         return self.metadata.name
 
 
+_POSITIVE = {
+    units.SIZE_PATTERN: units.POSITIVE_SIZE_PATTERN,
+    units.DURATION_PATTERN: units.POSITIVE_DURATION_PATTERN,
+}
+
+
+def _unit_bounds(model: type[BaseModel], properties: dict[str, Any]) -> None:
+    """A unit field's ``ge``/``le`` into its schema: the integer branch's minimum and
+    maximum, and for ``ge >= 1`` the string pattern that refuses zero. (The largest
+    string, e.g. ``99999999T``, is beyond what a pattern can bound: ouro refuses it.)"""
+    for name, info in model.model_fields.items():
+        schema = properties.get(info.alias or name)
+        if not isinstance(schema, dict) or "anyOf" not in schema:
+            continue
+        low = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
+        high = next((m.le for m in info.metadata if hasattr(m, "le")), None)
+        branches = [b for b in schema["anyOf"] if isinstance(b, dict)]
+        for branch in branches:
+            if branch.get("type") == "integer":
+                if low is not None:
+                    branch["minimum"] = low
+                if high is not None:
+                    branch["maximum"] = high
+            elif branch.get("pattern") in _POSITIVE and low is not None and low >= 1:
+                branch["pattern"] = _POSITIVE[branch["pattern"]]
+
+
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of one spec document (what ``ouro schema`` prints)."""
+    """The JSON Schema of one spec document (what ``ouro schema`` prints): the models'
+    own schema, with every unit field's bounds (see ``_unit_bounds``)."""
     schema = LineageSpec.model_json_schema(by_alias=True, mode="validation")
+    definitions = schema.get("$defs", {})
+    for model in (LineageSpec, Metadata, LineageBody, ModelSpec, PriceSpec, CeilingsSpec,
+                  StorageSpec, InstrumentSpec):
+        target = schema if model is LineageSpec else definitions.get(model.__name__, {})
+        _unit_bounds(model, target.get("properties", {}))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

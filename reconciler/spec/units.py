@@ -25,6 +25,9 @@ from typing import Any
 __all__ = [
     "DURATION_PATTERN",
     "MONEY_PATTERN",
+    "POSITIVE_DURATION_PATTERN",
+    "POSITIVE_MONEY_PATTERN",
+    "POSITIVE_SIZE_PATTERN",
     "SIZE_PATTERN",
     "describe",
     "format_duration",
@@ -48,9 +51,19 @@ _DURATION_RE = re.compile(r"^\s*(?:[0-9]+\s*[a-z]+\s*)+$")
 
 _MONEY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*$")
 
+# What the parsers accept, as JSON Schema (ECMA-262) patterns for editors; the POSITIVE_
+# variants also require a value above zero (at least one non-zero digit). The tests feed
+# the parsers and these patterns the same strings.
+_UNIT = r"(s|sec|m|min|h|d)"
 SIZE_PATTERN = r"^\s*[0-9][0-9_]*\s*([KMGT](i|iB)?|B)?\s*$"
-DURATION_PATTERN = r"^\s*([0-9]+\s*(s|sec|m|min|h|d)\s*)+$|^\s*[0-9]+\s*$"
+POSITIVE_SIZE_PATTERN = r"^\s*(0[0_]*)?[1-9][0-9_]*\s*([KMGT](i|iB)?|B)?\s*$"
+DURATION_PATTERN = rf"^\s*([0-9]+\s*{_UNIT}\s*)+$|^\s*[0-9]+\s*$"
+POSITIVE_DURATION_PATTERN = (
+    rf"^\s*(0+\s*{_UNIT}\s*)*0*[1-9][0-9]*\s*{_UNIT}\s*([0-9]+\s*{_UNIT}\s*)*$"
+    r"|^\s*0*[1-9][0-9]*\s*$"
+)
 MONEY_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*$"
+POSITIVE_MONEY_PATTERN = r"^\s*([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)\s*$"
 
 _short = reprlib.Repr()
 _short.maxstring = 40

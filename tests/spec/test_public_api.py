@@ -17,8 +17,9 @@ PUBLIC = {
     spec: ["API_VERSION", "DEFAULT_API_KEY_ENV", "KIND", "PAID_PROVIDERS", "CeilingsSpec",
            "InstrumentSpec", "LineageBody", "LineageSpec", "Metadata", "ModelSpec", "PriceSpec",
            "StorageSpec", "branch_name_problem", "json_schema"],
-    units: ["DURATION_PATTERN", "MONEY_PATTERN", "SIZE_PATTERN", "describe", "format_duration",
-            "format_size", "parse_duration", "parse_money", "parse_size"],
+    units: ["DURATION_PATTERN", "MONEY_PATTERN", "POSITIVE_DURATION_PATTERN",
+            "POSITIVE_MONEY_PATTERN", "POSITIVE_SIZE_PATTERN", "SIZE_PATTERN", "describe",
+            "format_duration", "format_size", "parse_duration", "parse_money", "parse_size"],
     prices: ["KNOWN_PRICES", "known_models", "known_price"],
 }
 

@@ -1,0 +1,52 @@
+"""The docs say what the code does: every OURO_* variable in the README, the unit
+table of docs/spec.md equal to the parsers' units, echo described as it behaves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from reconciler.kernel.providers import EchoProvider
+from reconciler.spec import units
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SPEC_DOC = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
+VARIABLES = sorted({name for path in [*ROOT.glob("reconciler/**/*.py"), *ROOT.glob("bench/*.py")]
+                    for name in re.findall(r"\bOURO_[A-Z][A-Z_]*[A-Z]\b", path.read_text())})
+
+
+def test_the_code_reads_some_variables() -> None:
+    assert "OURO_STATE_DIR" in VARIABLES and "OURO_INSTRUMENT_COMMIT" in VARIABLES
+
+
+@pytest.mark.parametrize("name", VARIABLES)
+def test_every_environment_variable_is_in_the_readme(name: str) -> None:
+    assert f"`{name}`" in README, f"{name} is read by ouro but README.md does not name it"
+
+
+def _unit_row(kind: str) -> str:
+    row = re.search(rf"^\| {kind} \| ([^|]*) \|", SPEC_DOC, re.M)
+    assert row, f"docs/spec.md has no '| {kind} |' row"
+    return row[1]
+
+
+def test_the_duration_units_are_the_parsers() -> None:
+    documented = set(re.findall(r"`([a-z]+)`", _unit_row("duration")))
+    assert documented == set(units._DURATION_UNITS)
+    for unit, seconds in units._DURATION_UNITS.items():
+        assert units.parse_duration(f"2{unit}") == 2 * seconds
+
+
+def test_the_size_units_are_the_parsers() -> None:
+    documented = set(re.findall(r"`([A-Za-z]+)`", _unit_row("size")))
+    assert documented == set(units._SIZE_SHIFTS) - {""}
+
+
+def test_echo_is_described_as_it_behaves() -> None:
+    reply = EchoProvider().attempt("a prompt", 100, 1.0)
+    assert reply.text == ""
+    assert "`echo` answers every\nrequest with an empty reply" in SPEC_DOC
+    assert "its own prompt" not in SPEC_DOC
