@@ -33,12 +33,14 @@ def plan_command(
     from reconciler.state import instrument
     from reconciler.state.branches import spec_paths
     from reconciler.state.observe import observe
+    from reconciler.state.preflight import provider_problem
 
     if as_json and markdown:
         raise OuroError("ouro plan: --json and --markdown cannot be used together")
     specs = load_specs(paths, state_dir=state_dir)
     identity = instrument.current()
-    plan = make_plan([(spec, observe(spec_paths(spec))) for spec in specs], identity)
+    plan = make_plan([(spec, observe(spec_paths(spec))) for spec in specs], identity,
+                     preflight=provider_problem)
     if out is not None:
         save_plan(plan, out, specs)
     if as_json:

@@ -37,8 +37,10 @@ from reconciler.kernel.config import Identity
 from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
+from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
 from reconciler.state.observe import observe
+from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4
 
@@ -188,7 +190,7 @@ class Engine:
         return results
 
     def run_lineage(self, spec: LoadedSpec, planned: LineagePlan) -> LineageResult:
-        from reconciler.kernel import broker, lineage, recovery
+        from reconciler.kernel import lineage, recovery
 
         result = LineageResult(
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
@@ -197,7 +199,7 @@ class Engine:
             with LineageLock(spec.name, spec.paths().git_dir, timeout=self.lock_timeout):
                 paths = spec_paths(spec)  # under the lock: the branches as they are now
                 observed = observe(paths)
-                current = plan_lineage(spec, observed, self.identity)
+                current = plan_lineage(spec, observed, self.identity, preflight=provider_problem)
                 if current.action == "recover":
                     report = recovery.recover(paths)
                     result.recovered = str(report)
@@ -206,7 +208,8 @@ class Engine:
                         f"{spec.name}: recovered an interrupted generation ({report})"
                     )
                     observed = observe(paths)
-                    current = plan_lineage(spec, observed, self.identity)
+                    current = plan_lineage(spec, observed, self.identity,
+                                           preflight=provider_problem)
                 if current.action == "refuse":
                     result.refusal = current.message
                     self.events.emit(
@@ -221,10 +224,8 @@ class Engine:
                         f"(now: {current.message}); run apply again to continue it"
                     )
                     return self._finish(spec, result)
-                model = spec.model()
-                api_key = os.environ.get(model.api_key_env) if model.api_key_env else None
-                if current.pending:  # a missing key or replay folder: refuse before creating
-                    broker.check_config(model, api_key, generation=1, replay_cursor=0)
+                # (a missing key or replay folder was refused by the plan, before creating)
+                api_key = preflight.api_key(spec.model())
                 if current.action == "create":
                     if not self.limits.may_continue():
                         return self._finish(spec, result)
@@ -295,7 +296,8 @@ class Engine:
 
     def _finish(self, spec: LoadedSpec, result: LineageResult) -> LineageResult:
         try:
-            final = plan_lineage(spec, observe(spec_paths(spec)), self.identity)
+            final = plan_lineage(spec, observe(spec_paths(spec)), self.identity,
+                                 preflight=provider_problem)
             result.final_action = final.action
             result.final_generations = final.observed_generations
         except OuroError as error:

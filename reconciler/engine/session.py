@@ -42,6 +42,7 @@ from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
 from reconciler.state.branches import spec_paths
 from reconciler.state.observe import observe
+from reconciler.state.preflight import provider_problem
 
 EXIT_INTERRUPTED = 130
 EVENTS_FILE = "events.jsonl"  # under the state dir
@@ -157,7 +158,8 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
         specs = load_specs(paths, state_dir=request.state_dir)
     specs = _selected(specs, request.select)
     observed = {spec.name: observe(spec_paths(spec)) for spec in specs}
-    plan = make_plan([(spec, observed[spec.name]) for spec in specs], identity)
+    plan = make_plan([(spec, observed[spec.name]) for spec in specs], identity,
+                     preflight=provider_problem)
     if saved is not None:
         stale = check_fresh(
             saved, observed, instrument=identity, spec_digests={s.name: s.sha256 for s in specs}

@@ -60,6 +60,7 @@ Reason = Literal[
     "fingerprint-drift",
     "observation-disagrees",
     "unbalanced",
+    "provider-config",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
@@ -319,11 +320,15 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
 )
 
 
-def refusals(spec: PlanSpec, observed: ObservedState, me: Identity) -> tuple[Refusal, ...]:
+def refusals(
+    spec: PlanSpec, observed: ObservedState, me: Identity, provider_problem: str | None = None
+) -> tuple[Refusal, ...]:
     """Every reason apply would refuse this lineage for, in ``_REFUSAL_ORDER``. Pure.
 
     A lineage none of whose places exist is only checked against the spec's pin:
-    the rest are facts about an existing lineage.
+    the rest are facts about an existing lineage. ``provider_problem`` (what
+    ``reconciler.state.preflight`` found wrong with the model's configuration, for
+    a lineage that has generations to run) comes last.
     """
     table = _REFUSAL_ORDER if observed.any_exists else _REFUSAL_ORDER[:1]
     found: list[Refusal] = []
@@ -331,6 +336,11 @@ def refusals(spec: PlanSpec, observed: ObservedState, me: Identity) -> tuple[Ref
         message = check(spec, observed, me)
         if message:
             found.append(Refusal(reason, message))
+    if provider_problem:
+        found.append(Refusal(
+            "provider-config",
+            f"lineage {spec.name}: {provider_problem}: {remedy('provider-config')}",
+        ))
     return tuple(found)
 
 
@@ -376,8 +386,27 @@ def _spend(missing: int, model: ModelConfig) -> Decimal:
     return Decimal(missing) * model.budget_usd
 
 
-def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) -> LineagePlan:
-    """One lineage's action. Pure."""
+Preflight = Callable[[ModelConfig], str | None]
+
+
+def _to_run(desired: int, observed: ObservedState) -> int:
+    """Generations apply would run (after any recovery), refused or not."""
+    if not observed.any_exists:
+        return desired
+    done = observed.generations
+    if observed.interrupted is not None and observed.interrupted.kind == "roll-forward":
+        done += 1
+    return max(0, desired - done)
+
+
+def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
+                 preflight: Preflight | None = None) -> LineagePlan:
+    """One lineage's action. Pure, but for ``preflight``.
+
+    ``preflight`` (``reconciler.state.preflight.provider_problem``) says why the model
+    could not be served here; it is asked only when generations would run. Without
+    it the model's configuration is not checked (pure planning, in tests).
+    """
     name = spec.name
     desired = desired_generations(spec)
     have = observed.generations
@@ -405,7 +434,8 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
                       "observation": observed.paths.observation_branch},
         )
 
-    found = refusals(spec, observed, instrument)
+    problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
+    found = refusals(spec, observed, instrument, problem)
     if found:
         first = found[0]
         return dataclasses.replace(
@@ -441,8 +471,10 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity) 
     )
 
 
-def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity) -> Plan:
-    lineages = tuple(plan_lineage(spec, observed, instrument) for spec, observed in items)
+def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity, *,
+              preflight: Preflight | None = None) -> Plan:
+    lineages = tuple(plan_lineage(spec, observed, instrument, preflight=preflight)
+                     for spec, observed in items)
     counts: dict[str, int] = {
         action: sum(1 for item in lineages if item.action == action) for action in ACTIONS
     }

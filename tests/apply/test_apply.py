@@ -329,7 +329,7 @@ def test_a_missing_api_key_creates_nothing_and_names_the_variable(
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
     assert result.returncode == 1
     by_name = {item["name"]: item for item in report(result)["lineages"]}
-    assert any("OURO_TEST_ABSENT_KEY" in e for e in by_name["xi"]["errors"])
+    assert "OURO_TEST_ABSENT_KEY" in by_name["xi"]["refusal"]  # refused by the plan
     assert "OURO_TEST_ABSENT_KEY=" not in result.stdout + result.stderr
     assert not (tmp_path / "state" / "xi").exists()
     assert not (tmp_path / "state" / "xi.git").exists()

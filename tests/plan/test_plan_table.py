@@ -162,6 +162,38 @@ ROWS = [
 ]
 
 
+def _no_key(model: ModelConfig) -> str | None:
+    """A preflight that finds the key variable unset (as reconciler.state.preflight would)."""
+    return f"provider {model.provider} needs an API key; set OPENAI_API_KEY"
+
+
+PREFLIGHT_ROWS = [
+    Row("refuse-provider-config-create", FakeSpec(), NOTHING, "refuse", "provider-config",
+        says="set OPENAI_API_KEY"),
+    Row("refuse-provider-config-extend", FakeSpec(), {}, "refuse", "provider-config",
+        says="fix spec.model or the environment"),
+    Row("provider-config-not-asked-in-sync", FakeSpec(generations=3), {}, "in-sync"),
+    Row("provider-config-not-asked-ahead", FakeSpec(generations=1), {}, "ahead"),
+    Row("provider-config-not-asked-roll-forward-only", FakeSpec(generations=4),
+        {"interrupted": Interrupted("roll-forward", 4, "9" * 40, "publishing", "obs 4")},
+        "recover"),
+]
+
+
+@pytest.mark.parametrize("row", PREFLIGHT_ROWS, ids=lambda r: r.id)
+def test_plan_row_with_preflight(row: Row) -> None:
+    asked: list[ModelConfig] = []
+
+    def preflight(model: ModelConfig) -> str | None:
+        asked.append(model)
+        return _no_key(model)
+
+    result = plan_lineage(row.spec, observed(**row.seen), ME, preflight=preflight)
+    assert (result.action, result.reason) == (row.action, row.reason), result.message
+    assert row.says in result.message and result.name in result.message
+    assert bool(asked) == (row.reason == "provider-config")
+
+
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
 def test_plan_row(row: Row) -> None:
     result = plan_lineage(row.spec, observed(**row.seen), ME)
@@ -174,7 +206,7 @@ def test_plan_row(row: Row) -> None:
 
 def test_every_action_and_reason_has_a_row() -> None:
     assert {row.action for row in ROWS} == set(ACTIONS)
-    assert {row.reason for row in ROWS} - {None} == set(REASONS)
+    assert {row.reason for row in ROWS + PREFLIGHT_ROWS} - {None} == set(REASONS)
 
 
 def test_refused_lineage_still_reports_what_was_read() -> None:
@@ -337,6 +369,13 @@ def test_an_ouro_lineage_of_another_commit_is_told_to_run_that_ouro() -> None:
                                                    "schema": "ouroboros-observations/v1"}), ME)
     assert "run the ouro at that commit" in result.message
     assert "another instrument" not in result.message
+
+
+def test_a_provider_problem_comes_after_every_other_reason() -> None:
+    seen = observed(lineage_metadata={**META, "instrument_commit": OTHER_COMMIT},
+                    observation_metadata={**OBS_META, "instrument_commit": OTHER_COMMIT})
+    result = plan_lineage(FakeSpec(), seen, ME, preflight=_no_key)
+    assert [r.reason for r in result.refusals] == ["instrument-commit-drift", "provider-config"]
 
 
 def test_every_reason_has_a_remedy_in_the_one_table() -> None:

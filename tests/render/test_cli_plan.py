@@ -23,6 +23,12 @@ from tests.plan.helpers import spec_yaml, write_specs
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fleets here are openai lineages: plan refuses those it could not run unkeyed."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-plan")
+
+
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         *args: str | Path) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["ouro", *map(str, args)])

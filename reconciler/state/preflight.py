@@ -1,0 +1,38 @@
+"""Could apply run this spec's generations here? Read-only: the environment and files.
+
+Rule: one home for the check apply makes before it creates a lineage or runs a
+generation — the kernel broker's own ``check_config`` (a known provider, its
+key variable set and clean, a base_url for openai-compatible, an existing
+replay folder, sane limits) — so that ``ouro plan`` shows as ``refuse`` what
+apply would refuse, and apply and plan cannot disagree. It reads the
+environment and the file system, and calls no network: probing the provider
+is apply's and doctor's job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from reconciler.kernel.config import ModelConfig
+
+__all__ = ["api_key", "provider_problem"]
+
+
+def api_key(model: ModelConfig, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of the model's key variable, or None (unset, or no key needed)."""
+    if not model.api_key_env:
+        return None
+    return (os.environ if environ is None else environ).get(model.api_key_env)
+
+
+def provider_problem(model: ModelConfig, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why a broker could not serve ``model`` here (the kernel's words), or None."""
+    from reconciler.kernel import broker
+    from reconciler.kernel.errors import ProviderConfigError
+
+    try:
+        broker.check_config(model, api_key(model, environ), generation=1, replay_cursor=0)
+    except ProviderConfigError as error:
+        return str(error).removeprefix("kernel: ")
+    return None
