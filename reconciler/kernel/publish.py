@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pygit2
 from pygit2.enums import CheckoutStrategy, DiffOption
@@ -75,6 +75,7 @@ __all__ = [
     "published_tree",
     "read_marker",
     "remove_marker",
+    "restore_source",
     "restored_organism",
     "set_index",
     "signature",
@@ -83,6 +84,7 @@ __all__ = [
     "write_marker",
 ]
 
+T = TypeVar("T")
 PRIVATE_DIR = "ouro-private"  # under the git dir: broker HOME/TMPDIR and audit, never mounted
 
 FILE = pygit2.GIT_FILEMODE_BLOB
@@ -413,23 +415,48 @@ def with_journal(repo: pygit2.Repository, tree: pygit2.Tree, journal: bytes) -> 
     return oid
 
 
+def restore_source(current: T | None, ancestors: Iterable[T | None]) -> int | None:
+    """The restore rule: which body organism.el gets when a generation dies.
+
+    ``current`` is the body (blob id) of the commit the death extends, None when it
+    has no organism.el; ``ancestors`` are those of its first-parent ancestors, newest
+    first (None where there is none). The nearest ancestor whose organism.el exists
+    and differs from ``current`` gives the body: its index is returned. None: there
+    is no such ancestor, and the body stays as it is (a missing organism.el stays
+    missing). So [A, no organism.el, A] keeps A. The kernel publishes deaths by it
+    (``restored_organism``) and the audit checks them by it.
+    """
+    for index, body in enumerate(ancestors):
+        if body is not None and body != current:
+            return index
+    return None
+
+
 def restored_organism(
     repo: pygit2.Repository, head: pygit2.Commit
 ) -> tuple[pygit2.Oid, int] | None:
-    """organism.el as it was before its most recent change (first-parent), or None.
-
-    The nearest first-parent ancestor whose organism.el exists and differs from
-    head's gives the body; with no such ancestor the current body stays.
-    """
+    """organism.el (id, mode) a death on top of ``head`` restores (``restore_source``),
+    or None when head's body stays."""
     current = head.tree[ORGANISM_FILE].id if ORGANISM_FILE in head.tree else None
-    commit = head
-    while commit.parents:
-        commit = commit.parents[0]
-        if ORGANISM_FILE in commit.tree:
-            item = commit.tree[ORGANISM_FILE]
-            if item.id != current:
-                return item.id, item.filemode
-    return None
+    seen: list[pygit2.Object | None] = []
+
+    def ancestors() -> Iterator[pygit2.Oid | None]:
+        commit = head
+        while commit.parents:
+            commit = commit.parents[0]
+            try:
+                item: pygit2.Object | None = commit.tree[ORGANISM_FILE]
+            except KeyError:
+                item = None
+            seen.append(item)
+            yield item.id if item is not None else None
+
+    index = restore_source(current, ancestors())
+    if index is None:
+        return None
+    item = seen[index]
+    assert item is not None
+    return item.id, item.filemode
 
 
 def death_tree(repo: pygit2.Repository, head: pygit2.Commit, journal: bytes) -> pygit2.Oid:

@@ -14,12 +14,11 @@ folder is checked against the newest one by hashing prefixes (``_Prefixes``), ne
 reading it (reading each version was quadratic); only a version that is not a prefix is
 read and diffed.
 
-The restored body after a death (``restored_organism``) follows the original
-instrument exactly: on a death whose parent is P, organism.el becomes the
-organism.el of the second-newest commit (first-parent history from P, root
-included) whose organism.el differs from its parent's; in other words the body
-of the tree before the most recent change of organism.el. When only the root
-ever set organism.el, nothing changes (the body stays P's).
+The restored body after a death (``restored_organism``) is the kernel's rule,
+``kernel.publish.restore_source``: on a death whose parent is P, organism.el
+becomes the body of P's nearest first-parent ancestor whose organism.el exists and
+differs from P's (the original instrument's ``git rev-list -n 2 P -- organism.el``,
+which agrees wherever organism.el never went missing); with none, P's body stays.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from typing import Any, Literal
 
 import pygit2
 
-from reconciler.kernel import formats
+from reconciler.kernel import formats, publish
 from reconciler.kernel.config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
@@ -208,22 +207,12 @@ def _branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Oid | None:
 def restored_organism(
     organisms: Sequence[pygit2.Oid | None], parent_index: int
 ) -> pygit2.Oid | None:
-    """The organism.el a death whose parent is ``organisms[parent_index]`` must restore.
-
-    ``organisms`` is the organism.el blob id (or None) of every first-parent
-    commit, root first. Equivalent to the original instrument's
-    ``git rev-list -n 2 P -- organism.el | tail -n 1`` then checkout.
-    """
-    changes = [
-        index
-        for index in range(parent_index, -1, -1)
-        if organisms[index] != (organisms[index - 1] if index else None)
-    ][:2]
-    if len(changes) == 2:
-        return organisms[changes[1]]
-    if len(changes) == 1:
-        return organisms[changes[0]]
-    return organisms[parent_index]
+    """The organism.el a death whose parent is ``organisms[parent_index]`` must restore:
+    the kernel's rule (``kernel.publish.restore_source``), on the organism.el blob id
+    (or None) of every first-parent commit, root first."""
+    current = organisms[parent_index]
+    index = publish.restore_source(current, reversed(organisms[:parent_index]))
+    return current if index is None else organisms[parent_index - 1 - index]
 
 
 class _Prefixes:

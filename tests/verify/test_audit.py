@@ -473,8 +473,13 @@ def test_observation_metadata_missing(tmp_path: Path) -> None:
         (["s", "L", "s"], 2, "L"),  # the most recent change was itself a restore
         (["s", "A", "B", "A"], 3, "B"),  # back to an earlier value still counts as a change
         ([None, None], 1, None),  # never an organism: nothing to restore
+        (["A", None, "A"], 2, "A"),  # the kernel keeps A: a missing body is not a body
+        (["A", "B", None], 2, "B"),  # a death after organism.el went missing brings it back
+        (["A", None], 1, "A"),
+        ([None, "A", None, "A"], 3, "A"),
     ],
-    ids=["root-only", "edit", "grown", "after-restore", "a-b-a", "none"],
+    ids=["root-only", "edit", "grown", "after-restore", "a-b-a", "none", "a-none-a",
+         "a-b-none", "a-none", "none-a-none-a"],
 )
 def test_restored_organism_rule(
     organisms: list[str | None], parent_index: int, expected: str | None
