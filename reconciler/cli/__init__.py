@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler.cli import apply, doctor, history, plan, schema, status, validate, verify
+from reconciler.cli import apply, doctor, history, plan, schema, status, validate, verify, view
 from reconciler.errors import OuroError
 
 app = typer.Typer(
@@ -71,7 +71,7 @@ def _root(
     """Declarative lineages of self-modifying programs: plan and apply them."""
 
 
-for _module in (validate, schema, plan, status, apply, verify, doctor, history):
+for _module in (validate, schema, plan, status, apply, verify, doctor, history, view):
     _module.register(app)
 
 

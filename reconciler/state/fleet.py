@@ -27,6 +27,7 @@ __all__ = ["Lineage", "find_lineages", "fleet", "summary_cache_dir"]
 class Lineage:
     name: str
     paths: LineagePaths
+    desired: int | None = None  # the generations its spec asks for (None: no spec)
 
 
 def summary_cache_dir(explicit: Path | None = None) -> Path:
@@ -55,7 +56,7 @@ def _in_state_dir(folder: Path) -> list[Lineage]:
 def fleet(specs: Sequence[Path], explicit_state_dir: Path | None = None) -> list[Lineage]:
     """The specs' lineages (in spec order), or every lineage in the state dir."""
     if specs:
-        return [Lineage(spec.name, spec_paths(spec))
+        return [Lineage(spec.name, spec_paths(spec), spec.spec.spec.generations)
                 for spec in load_specs(specs, state_dir=explicit_state_dir)]
     return _in_state_dir(state_dir(explicit_state_dir))
 

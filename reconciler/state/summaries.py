@@ -48,6 +48,7 @@ __all__ = [
     "GenerationRow",
     "LineageSummary",
     "cache_key",
+    "heads",
     "summarize",
 ]
 
@@ -494,6 +495,16 @@ def _resumable(repo: pygit2.Repository, cached: LineageSummary, walk: _Walk,
         return bool(obs_repo.descendant_of(obs_head.id, pygit2.Oid(hex=cached.observation_head)))
     except (ValueError, KeyError, pygit2.GitError):
         return False
+
+
+def heads(paths: LineagePaths) -> tuple[str | None, str | None]:
+    """The lineage branch head and the observation branch head (commit ids), cheaply."""
+    try:
+        lineage = _head(_open(paths.git_dir, _BARE), paths.branch)
+        observation = _head(_open(paths.observations, _NO_SEARCH), paths.observation_branch)
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return None, None
+    return (str(lineage.id) if lineage else None, str(observation.id) if observation else None)
 
 
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:

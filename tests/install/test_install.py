@@ -48,11 +48,13 @@ def _pins() -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize("extra", [None, "test"], ids=["runtime", "test"])
+@pytest.mark.parametrize("extra", [None, "test", "view"], ids=["runtime", "test", "view"])
 def test_every_declared_dependency_is_pinned_inside_its_bounds(extra: str | None) -> None:
     pins = _pins()
     for requirement in _requirements(extra):
         name = canonicalize_name(requirement.name)
+        if name == canonicalize_name(PYPROJECT["project"]["name"]):
+            continue  # the test extra includes the view extra: ouro itself
         assert name in pins, f"{requirement} is not pinned in constraints.txt (refresh it)"
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}"
@@ -94,10 +96,27 @@ def _undeclared(folder: Path, declared: set[str], local: set[str]) -> list[str]:
     return problems
 
 
+VIEWER = ROOT / "reconciler" / "report" / "viewer"
+
+
 def test_reconciler_imports_only_declared_dependencies() -> None:
     declared = {canonicalize_name(r.name) for r in _requirements()}
-    problems = _undeclared(ROOT / "reconciler", declared, {"reconciler"})
+    problems = [problem for problem in _undeclared(ROOT / "reconciler", declared, {"reconciler"})
+                if not problem.startswith(str(VIEWER.relative_to(ROOT)))]
     assert not problems, "undeclared runtime dependencies:\n" + "\n".join(problems)
+
+
+def test_only_the_viewer_imports_the_view_extra() -> None:
+    """The default install runs the main job: the view extra's libraries are imported
+    only by the viewer's package (which `ouro view` enters after checking for them)."""
+    declared = {canonicalize_name(r.name) for r in [*_requirements(), *_requirements("view")]}
+    assert not _undeclared(VIEWER, declared, {"reconciler"})
+    providers = importlib.metadata.packages_distributions()
+    view = {canonicalize_name(r.name) for r in _requirements("view")}
+    for root, where in _imported_roots(ROOT / "reconciler").items():
+        dists = {canonicalize_name(d) for d in providers.get(root, [])}
+        if dists & view:
+            assert where.startswith(str(VIEWER.relative_to(ROOT))), f"{where} imports {root}"
 
 
 def test_tests_import_only_declared_dependencies() -> None:

@@ -1,0 +1,222 @@
+"""The viewer's ASGI app (starlette): routes, the token, security headers. Read-only.
+
+Every response carries a strict Content-Security-Policy (``CSP``): scripts,
+styles and images only from this server, no inline script or style, no
+frames, no forms, no plugins. A request without the token (in the URL's
+``token`` query, or the cookie the first such request sets) gets 403; a Host
+header other than the bound loopback names gets 400 (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from reconciler.errors import OuroError
+from reconciler.kernel.config import LineagePaths
+from reconciler.report.history import outcome_of
+from reconciler.report.viewer import pages
+from reconciler.report.viewer.plots import PLOTS, render_svg
+from reconciler.state import history
+from reconciler.state.summaries import LineageSummary, heads, summarize
+
+__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "create_app", "new_token"]
+
+HERE = Path(__file__).resolve().parent
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'"  # matplotlib's own <style>
+TOKEN_COOKIE = "ouro_view_token"
+_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A lineage the viewer shows: its places and, when a spec names it, its target."""
+
+    paths: LineagePaths
+    desired: int | None
+
+
+class FleetSource:
+    """Which lineages there are: the specs' (read once), or the state dir's (re-read on
+    every page, so that lineages an apply creates appear)."""
+
+    def __init__(self, find: Callable[[], dict[str, Shown]], *, fixed: bool) -> None:
+        self._find, self._fixed = find, fixed
+        self._known: dict[str, Shown] | None = None
+        self._lock = threading.Lock()
+        self._summaries: dict[str, LineageSummary] = {}
+        self.cache_dir: Path | None = None
+
+    def lineages(self) -> dict[str, Shown]:
+        if self._fixed and self._known is not None:
+            return self._known
+        self._known = self._find()
+        return self._known
+
+    def summary(self, name: str, shown: Shown) -> LineageSummary:
+        """The lineage's summary; kept in memory while its heads stay the same."""
+        now = heads(shown.paths)
+        with self._lock:
+            kept = self._summaries.get(name)
+        if kept is not None and (kept.lineage_head, kept.observation_head) == now:
+            return kept
+        fresh = summarize(shown.paths, self.cache_dir)
+        with self._lock:
+            self._summaries[name] = fresh
+        return fresh
+
+    def heads_json(self) -> str:
+        found = {name: list(heads(shown.paths)) for name, shown in self.lineages().items()}
+        return json.dumps(found, sort_keys=True, separators=(",", ":"))
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every template, whatever its name: organism text is hostile
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(outcome=outcome_of, size=pages.size, number=pages.number,
+                               diffstat=pages.diffstat)
+    environment.globals["static"] = lambda name: f"/static/{quote(name)}"
+    return environment
+
+
+class _Guard(BaseHTTPMiddleware):
+    """The token (403 without it) and the security headers on every response."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request,
+                       call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        given = request.query_params.get("token")
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        ok = any(value is not None and secrets.compare_digest(value, self.token)
+                 for value in (given, cookie))
+        if not ok:
+            response: Response = PlainTextResponse(
+                "403: this viewer needs the token in the URL `ouro view` printed\n",
+                status_code=403)
+        else:
+            response = await call_next(request)
+            if given is not None and cookie != self.token:
+                response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict",
+                                    path="/")
+        for key, value in _HEADERS.items():
+            response.headers.setdefault(key, value)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        return response
+
+
+def create_app(source: FleetSource, token: str,
+               hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1")) -> Starlette:
+    """The viewer over ``source``, answering only requests that carry ``token``."""
+    templates = Jinja2Templates(env=_environment())
+
+    def page(request: Request, name: str, context: dict[str, Any],
+             status_code: int = 200) -> Response:
+        return templates.TemplateResponse(
+            request, name, {"heads": source.heads_json(), **context}, status_code=status_code)
+
+    def missing(request: Request, message: str) -> Response:
+        return page(request, "error.html", {"status": "404 not found", "message": message},
+                    status_code=404)
+
+    def lineage(request: Request) -> tuple[str, Shown] | None:
+        name = str(request.path_params["name"])
+        shown = source.lineages().get(name)
+        return (name, shown) if shown is not None else None
+
+    def fleet_page(request: Request) -> Response:
+        found = source.lineages()
+        lines = [pages.fleet_line(name, source.summary(name, shown), shown.desired)
+                 for name, shown in found.items()]
+        return page(request, "fleet.html", {"lines": lines})
+
+    def lineage_page(request: Request) -> Response:
+        chosen = lineage(request)
+        if chosen is None:
+            return missing(request, "no such lineage here")
+        name, shown = chosen
+        summary = source.summary(name, shown)
+        return page(request, "lineage.html", pages.lineage_context(name, summary))
+
+    def generation_page(request: Request) -> Response:
+        chosen = lineage(request)
+        if chosen is None:
+            return missing(request, "no such lineage here")
+        name, shown = chosen
+        summary = source.summary(name, shown)
+        number = int(request.path_params["number"])
+        try:
+            detail = history.detail(shown.paths, summary, number)
+        except OuroError as error:
+            return missing(request, str(error))
+        full = request.query_params.get("full") == "1"
+        return page(request, "generation.html",
+                    pages.generation_context(name, summary, detail, full=full))
+
+    def plot_image(request: Request) -> Response:
+        chosen = lineage(request)
+        plot = PLOTS.get(str(request.path_params["metric"]))
+        if chosen is None or plot is None:
+            return PlainTextResponse("404: no such plot\n", status_code=404)
+        name, shown = chosen
+        svg = render_svg(plot, source.summary(name, shown).rows)
+        return Response(svg, media_type="image/svg+xml",
+                        headers={"Content-Security-Policy": _SVG_CSP})
+
+    def heads_api(request: Request) -> Response:
+        return Response(source.heads_json(), media_type="application/json")
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("404: not found\n", status_code=404)
+
+    routes = [
+        Route("/", fleet_page),
+        Route("/lineage/{name}", lineage_page),
+        Route("/lineage/{name}/gen/{number:int}", generation_page),
+        Route("/plot/{name}/{metric}.svg", plot_image),
+        Route("/api/heads", heads_api),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
+                    Middleware(_Guard, token=token)],
+        exception_handlers={404: not_found},
+    )

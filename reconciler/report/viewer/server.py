@@ -1,0 +1,82 @@
+"""Serving the viewer: a loopback socket, a fresh token, uvicorn until interrupted.
+
+The URL printed carries the token (as Jupyter's does); nothing else grants access.
+Binding a non-loopback address is allowed only when asked for, with a warning.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from reconciler.errors import OuroError
+from reconciler.report.viewer.app import FleetSource, Shown, create_app, new_token
+from reconciler.state.fleet import fleet, summary_cache_dir
+
+__all__ = ["make_source", "serve"]
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
+    def find() -> dict[str, Shown]:
+        return {item.name: Shown(item.paths, item.desired) for item in fleet(specs, state_dir)}
+
+    source = FleetSource(find, fixed=bool(specs))
+    source.cache_dir = summary_cache_dir(state_dir)
+    source.lineages()  # a bad spec is reported now, before anything is served
+    return source
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(64)
+    except OSError as error:
+        sock.close()
+        raise OuroError(f"ouro view: cannot listen on {host}:{port}: {error.strerror}; "
+                        "pick another --port (0 lets the system choose)") from error
+    return sock
+
+
+def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str = "127.0.0.1",
+          port: int = 0, out: IO[str] | None = None) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    import uvicorn
+
+    stream = out or sys.stdout
+    source = make_source(specs, state_dir)
+    token = new_token()
+    loopback = _loopback(host)
+    hosts = [*_LOOPBACK_NAMES, host] if loopback else ["*"]
+    app = create_app(source, token, hosts=hosts)
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    if not loopback:
+        print(f"ouro view: warning: {host} is not a loopback address; anyone who can reach it "
+              "and has the token can read these lineages", file=sys.stderr)
+    print(f"ouro view: {len(source.lineages())} lineages at "
+          f"http://{shown}:{bound}/?token={token}", file=stream, flush=True)
+    print("ouro view: read-only; Ctrl-C stops it", file=stream, flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,116 @@
+"""Headless Debian Chromium driven by Selenium (the system chromedriver; nothing is
+downloaded), and `ouro view` as a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.apply.helpers import REPO_ROOT, ouro_argv
+from tests.history.fleet import Fleet
+from tests.host import require
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1280,1000")
+
+
+def require_browser() -> None:
+    require(os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK),
+            "needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
+            "/usr/bin/chromedriver)")
+
+
+def chromium(profile: Path):  # type: ignore[no-untyped-def]
+    """A headless Chromium with a fresh profile, through the system chromedriver."""
+    require_browser()
+    os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium-manager sends nothing
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@dataclass
+class Viewer:
+    url: str  # with the token
+    base: str  # without
+    token: str
+    process: subprocess.Popen[str]
+
+    def page(self, path: str) -> str:
+        return f"{self.base}{path}"
+
+
+def start_viewer(env: dict[str, str], *args: str) -> Viewer:
+    process = subprocess.Popen(ouro_argv("view", *args), cwd=REPO_ROOT, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=([A-Za-z0-9_-]+)", line)
+    if match is None:
+        process.kill()
+        _out, err = process.communicate(timeout=10)
+        raise AssertionError(f"ouro view printed {line!r}; stderr: {err}")
+    return Viewer(match[0], match[1], match[2], process)
+
+
+def stop_viewer(viewer: Viewer) -> None:
+    viewer.process.terminate()
+    try:
+        viewer.process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        viewer.process.kill()
+        viewer.process.communicate(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def fleet_viewer(grown_fleet: Fleet) -> Iterator[Viewer]:
+    require_browser()
+    viewer = start_viewer(grown_fleet.env, str(grown_fleet.specs))
+    try:
+        yield viewer
+    finally:
+        stop_viewer(viewer)
+
+
+def wait_for(condition, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def save_artifact(source: Path, name: str) -> None:
+    folder = os.environ.get("OURO_TEST_ARTIFACTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, Path(folder) / name)

@@ -1,0 +1,164 @@
+"""`ouro view` in a real headless Chromium: pages, plots, hostile text, the token."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apply.helpers import REPO_ROOT, run_ouro, write_spec
+from tests.history.fleet import HOSTILE_NAMES, HOSTILE_STDERR, Fleet
+from tests.viewer.browser import (
+    Viewer,
+    chromium,
+    save_artifact,
+    start_viewer,
+    stop_viewer,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+
+
+def _css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def _open(driver: Any, viewer: Viewer, path: str) -> None:
+    separator = "&" if "?" in path else "?"
+    driver.get(viewer.page(path) + f"{separator}token={viewer.token}")
+    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
+
+
+def test_the_fleet_page_lists_the_lineages(browser: Any, fleet_viewer: Viewer) -> None:
+    _open(browser, fleet_viewer, "/")
+    rows = _css(browser, "table.fleet tr.lineage")
+    names = [row.find_elements("css selector", "td")[0].text for row in rows]
+    assert names == ["scribe", "quiet", "hostile", "story"]  # spec files in name order
+    cells = {row.find_elements("css selector", "td")[0].text:
+             [td.text for td in row.find_elements("css selector", "td")] for row in rows}
+    assert cells["story"][1].startswith("6 / 6") and cells["story"][4] == "1"
+    assert cells["scribe"][1].startswith("5 / 5")
+    assert cells["story"][5] == "1"  # one model failure
+
+
+def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewer,
+                                               tmp_path: Path) -> None:
+    _open(browser, fleet_viewer, "/lineage/story")
+    rows = _css(browser, "table.timeline tr.generation")
+    assert [row.find_elements("css selector", "td")[0].text for row in rows] == [
+        "1", "2", "3", "4", "5", "6"]
+    assert "died" in rows[3].get_attribute("class")
+    assert "✎1" in rows[3].text  # the external edit before gen 4
+    plots = _css(browser, "img.plot")
+    assert len(plots) == 5
+    assert wait_for(lambda: all(browser.execute_script(
+        "return arguments[0].complete && arguments[0].naturalWidth > 0", img) for img in plots))
+    shot = tmp_path / "lineage-story.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    save_artifact(shot, shot.name)
+
+
+def test_plots_are_drawn_svg(fleet_viewer: Viewer) -> None:
+    for metric in ("spend", "tokens", "cpu", "memory", "size"):
+        request = urllib.request.Request(
+            fleet_viewer.page(f"/plot/story/{metric}.svg?token={fleet_viewer.token}"))
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+            assert response.headers["Content-Type"] == "image/svg+xml"
+        assert body.lstrip().startswith(b"<?xml") and b"<svg" in body
+        assert body.count(b"<path") > 5  # axes, ticks and the data line
+
+
+def test_a_death_page_shows_the_lethal_body(browser: Any, fleet_viewer: Viewer,
+                                            tmp_path: Path) -> None:
+    _open(browser, fleet_viewer, "/lineage/story/gen/4")
+    lethal = (REPO_ROOT / "specs" / "replies" / "scribe" / "0003").read_text()
+    [body] = _css(browser, "pre.lethal")
+    shown = browser.execute_script("return arguments[0].textContent", body)
+    assert shown == lethal
+    [stderr] = _css(browser, "pre.stderr")
+    assert "void-function scribe-consolidate-memory" in stderr.text
+    assert "exit 255" in _css(browser, "pre.journal")[0].text
+    shot = tmp_path / "death-story-4.png"
+    browser.save_screenshot(str(shot))
+    save_artifact(shot, shot.name)
+
+
+@pytest.mark.parametrize("path", ["/", "/lineage/hostile", "/lineage/hostile/gen/1",
+                                  "/lineage/hostile/gen/2", "/lineage/hostile/gen/3"])
+def test_hostile_text_executes_nothing(browser: Any, fleet_viewer: Viewer, path: str) -> None:
+    _open(browser, fleet_viewer, path)
+    assert browser.execute_script("return document.documentElement.dataset.ouroLive") == "1"
+    assert browser.execute_script("return typeof window.__ouro_pwned") == "undefined"
+    assert not _css(browser, "img:not(.plot)")
+    assert not _css(browser, "a[href^='javascript']")
+    assert not [e for e in _css(browser, "script")
+                if not (e.get_attribute("src") or "").endswith("/static/refresh.js")]
+    text = browser.execute_script("return document.body.textContent")
+    if path.endswith("/gen/2"):  # the generation that wrote the hostile files
+        for name in HOSTILE_NAMES:
+            assert name in text
+    if path.endswith("/gen/3"):  # the death that printed hostile text
+        for line in HOSTILE_STDERR:
+            assert line in text
+
+
+@pytest.mark.parametrize("token", [None, "wrong", ""], ids=["none", "wrong", "empty"])
+def test_without_the_token_403(fleet_viewer: Viewer, token: str | None) -> None:
+    for path in ("/", "/lineage/story", "/static/refresh.js", "/api/heads",
+                 "/plot/story/cpu.svg"):
+        query = f"?token={token}" if token is not None else ""
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(fleet_viewer.page(path + query), timeout=10)
+        assert caught.value.code == 403
+
+
+def test_the_browser_without_the_token_is_refused(fleet_viewer: Viewer, tmp_path: Path) -> None:
+    driver = chromium(tmp_path / "profile")
+    try:
+        driver.get(fleet_viewer.page("/lineage/story"))
+        assert "403" in driver.find_element("tag name", "body").text
+        assert not _css(driver, "table")
+    finally:
+        driver.quit()
+
+
+def test_a_foreign_host_header_is_refused(fleet_viewer: Viewer) -> None:
+    request = urllib.request.Request(fleet_viewer.url, headers={"Host": "evil.example:80"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 400
+
+
+def test_unknown_pages_are_404_not_tracebacks(fleet_viewer: Viewer) -> None:
+    for path in ("/lineage/nobody", "/lineage/story/gen/99", "/plot/story/nothing.svg",
+                 "/nowhere"):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(fleet_viewer.page(f"{path}?token={fleet_viewer.token}"),
+                                   timeout=10)
+        assert caught.value.code == 404
+
+
+def test_the_page_follows_a_running_apply(browser: Any, tmp_path: Path,
+                                          grown_fleet: Fleet) -> None:
+    env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec = write_spec(specs, "grower", 1)
+    assert run_ouro("apply", "--yes", str(spec), env=env).returncode == 0
+    viewer = start_viewer(env)  # no specs: the state dir's lineages, re-read on each page
+    try:
+        _open(browser, viewer, "/lineage/grower")
+        assert len(_css(browser, "table.timeline tr.generation")) == 1
+        write_spec(specs, "grower", 3)
+        assert run_ouro("apply", "--yes", str(spec), env=env).returncode == 0
+        assert wait_for(lambda: len(_css(browser, "table.timeline tr.generation")) == 3)
+    finally:
+        stop_viewer(viewer)
