@@ -39,7 +39,6 @@ import pygit2
 
 from reconciler.kernel import formats
 from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
-from reconciler.state.audit import accounted_spend
 
 __all__ = [
     "CACHE_DIR",
@@ -54,7 +53,6 @@ __all__ = [
 
 SUMMARY_SCHEMA = "ouro-lineage-summary/v1"
 CACHE_DIR = ".summaries"
-_GENERATIONS_DIR = formats.GENERATIONS_DIR
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 
@@ -210,7 +208,7 @@ def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
         "model_calls": len(calls),
         "tokens_in": _tokens(calls, "input_tokens"),
         "tokens_out": _tokens(calls, "output_tokens"),
-        "spend_usd": str(accounted_spend(record)),
+        "spend_usd": str(formats.calls_spend(calls)),
         "cpu_seconds": cpu / 1e9 if cpu is not None else None,
         "memory_peak_bytes": _int(record.get("memory_peak_bytes")),
         "wall_seconds": wall / 1000 if wall is not None else None,
@@ -328,7 +326,7 @@ def _observation(repo: pygit2.Repository, folder: pygit2.Tree | None,
     try:
         record = _json_of(repo, folder[name].id)
     except (ValueError, UnicodeDecodeError):
-        problems.append(f"{_GENERATIONS_DIR}/{name} is unreadable")
+        problems.append(f"{formats.GENERATIONS_DIR}/{name} is unreadable")
         return None
     return record if isinstance(record, dict) else None
 
@@ -343,7 +341,7 @@ def _interrupted_usd(repo: pygit2.Repository, tree: pygit2.Tree, problems: list[
             problems.append(f"{formats.INTERRUPTED_DIR}/{entry.name} is unreadable")
             continue
         if isinstance(record, dict):
-            total += accounted_spend(record)
+            total += formats.calls_spend(record.get("model_calls"))
     return total
 
 
@@ -547,7 +545,7 @@ def _summarize(paths: LineagePaths, cache_dir: Path | None) -> LineageSummary:
     ]
     interrupted = Decimal(0)
     if obs_repo is not None and obs_head is not None:
-        folder = _subtree(obs_repo, obs_head.tree, _GENERATIONS_DIR)
+        folder = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)
         for index, row in enumerate(rows):
             if row.observed and index < len(base):
                 continue  # observations are append-only (the cached head is an ancestor)
