@@ -603,7 +603,8 @@ class SystemdScope:
         if not mark.exists():
             raise Unavailable(f"no systemd {'user ' if user else ''}manager runs ({mark} missing)")
         helptext = subprocess.run(
-            [run, "--help"], capture_output=True, stdin=subprocess.DEVNULL, check=False
+            [run, "--help"], capture_output=True, stdin=subprocess.DEVNULL, check=False,
+            start_new_session=True,  # like every child: out of the terminal's Ctrl-C
         ).stdout
         return cls(ceilings, name, mounts, run, ctl, user, b"--expand-environment" in helptext)
 
@@ -628,7 +629,7 @@ class SystemdScope:
     def _show(self, *props: str) -> dict[str, str]:
         done = subprocess.run(
             [self.ctl, *self.manager, "show", self.unit, "-p", ",".join(props)],
-            capture_output=True, stdin=subprocess.DEVNULL, check=False,
+            capture_output=True, stdin=subprocess.DEVNULL, check=False, start_new_session=True,
         )
         return _systemctl_values(done.stdout.decode("utf-8", "replace"))
 
@@ -713,7 +714,7 @@ class SystemdScope:
         self.killed = True
         subprocess.run(
             [self.ctl, *self.manager, "kill", "--signal=SIGKILL", self.unit],
-            capture_output=True, stdin=subprocess.DEVNULL, check=False,
+            capture_output=True, stdin=subprocess.DEVNULL, check=False, start_new_session=True,
         )
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -735,6 +736,7 @@ class SystemdScope:
             subprocess.run(
                 [self.ctl, *self.manager, verb, self.unit],
                 capture_output=True, stdin=subprocess.DEVNULL, check=False,
+                start_new_session=True,
             )
 
 

@@ -4,10 +4,10 @@ Rule: the organism sees exactly CONTRACT.md "Inside a generation" and nothing
 else -- a fresh size-limited /work, bounded /tmp and /run, read-only /usr
 (plus /etc/alternatives, so Debian's /usr/bin/emacs resolves), the kernel
 folder read-only at /kernel, a read-only root, HOME and PATH only, no IP network, its own
-user/pid/ipc/uts/cgroup namespaces, no capabilities, no terminal, no inherited
-descriptors. No host path of the lineage, no git dir, no secret is in the
-argument list or the environment: the bwrap process itself gets an empty
-environment apart from PATH.
+user/pid/ipc/uts/cgroup namespaces, no capabilities, no terminal (its own session,
+outside the terminal's process group), no inherited descriptors. No host path of
+the lineage, no git dir, no secret is in the argument list or the environment: the
+bwrap process itself gets an empty environment apart from PATH.
 
 The wall limit is a deadline here: when it passes (or ``cancel`` is set) the
 whole scope is killed. The exit status is the sandboxed process's own: bwrap
@@ -174,6 +174,10 @@ def _run(
         close_fds=True,
         env={"PATH": SANDBOX_PATH},
         cwd="/",
+        # Its own session: never in a terminal's foreground process group, so the user's
+        # Ctrl-C (SIGINT to that group) reaches ouro, which decides, and never kills a
+        # generation into a false death.
+        start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
