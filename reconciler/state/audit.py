@@ -9,10 +9,12 @@ Unknown is not guilty: a history that cannot be read yields ``unknown`` with no
 findings, never an accusation. A finding names a stable code (``CODES``), the
 lineage and, where one applies, a generation number: no paths, no messages.
 
-The audit is linear in practice: every version of the journal and of the observations'
-folder is checked against the newest one by hashing prefixes (``_Prefixes``), never by
-reading it (reading each version was quadratic); only a version that is not a prefix is
-read and diffed.
+The audit reads each object once: every version of the journal and of the
+observations' folder is checked against the newest one by hashing prefixes
+(``_Prefixes``), never by reading and diffing it (that was quadratic); only a
+version that is not a prefix is read and diffed. The hashing still covers the
+sum of all versions' sizes, the one term that grows faster than history (a few
+percent of the audit at 1,000 generations).
 
 The restored body after a death (``restored_organism``) is the kernel's rule,
 ``kernel.publish.restore_source``: on a death whose parent is P, organism.el

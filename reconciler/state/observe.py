@@ -908,7 +908,7 @@ def read_status(paths: LineagePaths, observed: Observed,
     Derived from the lineage's summary (``reconciler.state.summaries``), which is
     cached in ``cache_dir`` (when given) and extended incrementally.
     """
-    from reconciler.state.summaries import summarize
+    from reconciler.state.summaries import totals
 
     # The branches observe read: the lineage's own, even when the spec names another.
     read = replace(
@@ -916,7 +916,7 @@ def read_status(paths: LineagePaths, observed: Observed,
         branch=observed.branches_read.get("lineage") or paths.branch,
         observation_branch=observed.branches_read.get("observation") or paths.observation_branch,
     )
-    summary = summarize(read, cache_dir)
+    summary = totals(read, cache_dir)
     problems = [p.message for p in observed.problems] + list(summary.problems)
     return StatusReport(
         generations=summary.generations if summary.lineage_head else observed.generations,

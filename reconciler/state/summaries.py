@@ -30,7 +30,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -46,12 +46,15 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "GenerationRow",
     "LineageSummary",
+    "Totals",
     "cache_key",
     "heads",
     "summarize",
+    "totals",
+    "totals_of",
 ]
 
-SUMMARY_SCHEMA = "ouro-lineage-summary/v1"
+SUMMARY_SCHEMA = "ouro-lineage-summary/v2"
 CACHE_DIR = ".summaries"
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
@@ -253,14 +256,22 @@ def _organism_bytes(repo: pygit2.Repository, commit: pygit2.Commit) -> int | Non
 
 
 def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, number: int,
-                edits_before: int) -> GenerationRow:
+                edits_before: int, previous: GenerationRow | None) -> GenerationRow:
+    """The commit's part of a row. The organism's size is read from the tree only when
+    organism.el may have changed: a generation that changed nothing of it, right after
+    the previous generation (no commit between), has the previous generation's size."""
     subject = _subject(commit)
     parsed = formats.parse_generation_subject(subject)
     added, deleted, paths = _diffstat(subject)
+    unchanged = (added == 0 and deleted == 0 and previous is not None and not edits_before
+                 and bool(commit.parent_ids)
+                 and str(commit.parent_ids[0]) == previous.lineage_commit)
+    size = previous.organism_bytes if unchanged and previous is not None else (
+        _organism_bytes(repo, commit))
     return GenerationRow(
         generation=number, status=parsed.status if parsed else None, outcome=None,
         death_cause=None, exit_status=None, model_failure=None,
-        organism_bytes=_organism_bytes(repo, commit), organism_added=added,
+        organism_bytes=size, organism_added=added,
         organism_deleted=deleted, paths_changed=paths, model_calls=None, tokens_in=None,
         tokens_out=None, spend_usd=None, cpu_seconds=None, memory_peak_bytes=None,
         wall_seconds=None, started_at=None, external_edits_before=edits_before,
@@ -376,26 +387,101 @@ def _cache_file(cache_dir: Path, paths: LineagePaths) -> Path:
     return cache_dir / f"{paths.name[:40]}-{cache_key(paths)}.json"
 
 
-def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary | None:
-    """The cached summary if it is intact (schema, key, digest, row numbering)."""
+@dataclass(frozen=True)
+class Totals:
+    """What ``ouro status`` shows of a lineage: read from the cache's first line alone."""
+
+    generations: int
+    outcomes: dict[str, int]
+    death_kinds: dict[str, int]
+    model_failures: int
+    spend_usd: Decimal
+    journal_heading: str | None
+    lineage_head: str | None
+    observation_head: str | None
+    problems: tuple[str, ...] = ()
+
+
+def totals_of(summary: LineageSummary) -> Totals:
+    return Totals(summary.generations, summary.outcomes, summary.death_kinds,
+                  summary.model_failures, summary.spend_usd, summary.journal_heading,
+                  summary.lineage_head, summary.observation_head, summary.problems)
+
+
+# The cache file is two JSON lines: a small header (totals, heads, the digest of the
+# rows line) whose own digest it carries, then the rows, positional in COLUMNS order.
+# Status reads only the header; log, export and view read both.
+
+
+def _header_of(summary: LineageSummary, key: str, rows_sha256: str) -> dict[str, Any]:
+    header: dict[str, Any] = {
+        "schema": SUMMARY_SCHEMA, "key": key, "columns": list(COLUMNS),
+        "lineage_head": summary.lineage_head, "observation_head": summary.observation_head,
+        "interrupted_usd": summary.interrupted_usd, "journal_heading": summary.journal_heading,
+        "trailing_edits": summary.trailing_edits, "generations": summary.generations,
+        "outcomes": summary.outcomes, "death_kinds": summary.death_kinds,
+        "model_failures": summary.model_failures, "spend_usd": str(summary.spend_usd),
+        "last_commit": summary.rows[-1].lineage_commit if summary.rows else None,
+        "rows_sha256": rows_sha256,
+    }
+    header["sha256"] = _digest(header)
+    return header
+
+
+def _header(line: bytes, paths: LineagePaths) -> dict[str, Any] | None:
+    try:
+        header = json.loads(line)
+        if not isinstance(header, dict):
+            return None
+        digest = header.pop("sha256", None)
+        if (header.get("schema") != SUMMARY_SCHEMA or header.get("key") != cache_key(paths)
+                or header.get("columns") != list(COLUMNS) or digest != _digest(header)):
+            return None
+        return header
+    except (ValueError, TypeError):
+        return None
+
+
+def _load_totals(cache_dir: Path | None, paths: LineagePaths) -> Totals | None:
+    """The cached totals if the header is intact (schema, key, columns, digest)."""
     if cache_dir is None:
         return None
     try:
-        document = json.loads(_cache_file(cache_dir, paths).read_text("utf-8"))
-        body = document["body"]
-        if (document.get("schema") != SUMMARY_SCHEMA or body.get("key") != cache_key(paths)
-                or document.get("sha256") != _digest(body)):
+        with open(_cache_file(cache_dir, paths), "rb") as handle:
+            header = _header(handle.readline(), paths)
+        if header is None:
             return None
-        rows = tuple(GenerationRow(**row) for row in body["rows"])
+        return Totals(
+            generations=int(header["generations"]), outcomes=dict(header["outcomes"]),
+            death_kinds=dict(header["death_kinds"]), model_failures=int(header["model_failures"]),
+            spend_usd=Decimal(header["spend_usd"]), journal_heading=header["journal_heading"],
+            lineage_head=header["lineage_head"], observation_head=header["observation_head"],
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
+        return None
+
+
+def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary | None:
+    """The cached summary if it is intact: header as above, the rows line's digest, and
+    rows numbered 1..N."""
+    if cache_dir is None:
+        return None
+    try:
+        with open(_cache_file(cache_dir, paths), "rb") as handle:
+            header = _header(handle.readline(), paths)
+            body = handle.read()
+        if header is None or hashlib.sha256(body).hexdigest() != header["rows_sha256"]:
+            return None
+        rows = tuple(GenerationRow(*row) for row in json.loads(body))
         if [row.generation for row in rows] != list(range(1, len(rows) + 1)):
             return None
-        Decimal(body["interrupted_usd"])
+        Decimal(header["interrupted_usd"])
         return LineageSummary(
-            name=paths.name, rows=rows, lineage_head=body["lineage_head"],
-            observation_head=body["observation_head"],
-            interrupted_usd=str(body["interrupted_usd"]),
-            journal_heading=body["journal_heading"],
-            trailing_edits=int(body["trailing_edits"]), from_cache=True,
+            name=paths.name, rows=rows, lineage_head=header["lineage_head"],
+            observation_head=header["observation_head"],
+            interrupted_usd=str(header["interrupted_usd"]),
+            journal_heading=header["journal_heading"],
+            trailing_edits=int(header["trailing_edits"]), from_cache=True,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
         return None
@@ -405,20 +491,17 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
     """Write atomically (temp file, rename); a cache that cannot be written is skipped."""
     if cache_dir is None or summary.problems:
         return
-    body = {
-        "key": cache_key(paths), "lineage_head": summary.lineage_head,
-        "observation_head": summary.observation_head,
-        "interrupted_usd": summary.interrupted_usd, "journal_heading": summary.journal_heading,
-        "trailing_edits": summary.trailing_edits, "rows": [asdict(row) for row in summary.rows],
-    }
-    document = {"schema": SUMMARY_SCHEMA, "sha256": _digest(body), "body": body}
+    rows = json.dumps([[getattr(row, name) for name in COLUMNS] for row in summary.rows],
+                      separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest())
     target = _cache_file(cache_dir, paths)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         handle, temp = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(document, out, separators=(",", ":"))
+            with os.fdopen(handle, "wb") as out:
+                out.write(json.dumps(header, separators=(",", ":"),
+                                     ensure_ascii=True).encode("ascii") + b"\n" + rows)
             os.replace(temp, target)
         except BaseException:
             os.unlink(temp)
@@ -505,6 +588,15 @@ def heads(paths: LineagePaths) -> tuple[str | None, str | None]:
     return (str(lineage.id) if lineage else None, str(observation.id) if observation else None)
 
 
+def totals(paths: LineagePaths, cache_dir: Path | None = None) -> Totals:
+    """The lineage's totals: the cache's header when its heads are today's (the rows
+    are not read), else from ``summarize`` (which extends or rebuilds the cache)."""
+    cached = _load_totals(cache_dir, paths)
+    if cached is not None and (cached.lineage_head, cached.observation_head) == heads(paths):
+        return cached
+    return totals_of(summarize(paths, cache_dir))
+
+
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:
     """The lineage's rows and totals: from the cache when its heads are today's, extended
     incrementally when today's history continues it, rebuilt otherwise. Never raises for
@@ -539,10 +631,9 @@ def _summarize(paths: LineagePaths, cache_dir: Path | None) -> LineageSummary:
         base = cached.rows
     elif walk.resumed:  # the cache does not continue into today's history: start over
         walk = _walk(repo, head, None)
-    rows = list(base) + [
-        _commit_row(repo, commit, len(base) + index, edits)
-        for index, (commit, edits) in enumerate(zip(walk.new, walk.edits, strict=True), start=1)
-    ]
+    rows = list(base)
+    for commit, edits in zip(walk.new, walk.edits, strict=True):
+        rows.append(_commit_row(repo, commit, len(rows) + 1, edits, rows[-1] if rows else None))
     interrupted = Decimal(0)
     if obs_repo is not None and obs_head is not None:
         folder = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +72,26 @@ def test_trailing_edit_is_carried_into_the_next_generation(tmp_path: Path) -> No
     assert summarize(builder.paths, cache).rows[-1].external_edits_before == 1
 
 
-@pytest.mark.parametrize("damage", ["garbage", "digest", "rows", "key"])
+def _read(path: Path) -> tuple[dict[str, Any], list[list[Any]]]:
+    header_line, rows_line = path.read_bytes().split(b"\n", 1)
+    header = json.loads(header_line)
+    header.pop("sha256")
+    return header, json.loads(rows_line)
+
+
+def _write(path: Path, header: dict[str, Any], rows: list[list[Any]], *,
+           reseal: bool = True) -> None:
+    body = json.dumps(rows).encode()
+    if reseal:  # a consistent forgery: digests recomputed
+        header["rows_sha256"] = hashlib.sha256(body).hexdigest()
+    header["sha256"] = summaries._digest({k: v for k, v in header.items() if k != "sha256"})
+    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+
+
+SPEND = summaries.COLUMNS.index("spend_usd")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "digest", "rows", "key", "columns"])
 def test_a_damaged_cache_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> None:
     builder = _grown(tmp_path)
     cache = tmp_path / "cache"
@@ -79,18 +100,34 @@ def test_a_damaged_cache_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> 
     if damage == "garbage":
         path.write_bytes(b"\x00{not json")
     else:
-        document = json.loads(path.read_text())
-        if damage == "digest":  # a lie about the spend, with the old digest
-            document["body"]["rows"][0]["spend_usd"] = "999"
-        elif damage == "rows":  # consistent digest, wrong numbering
-            document["body"]["rows"] = document["body"]["rows"][1:]
-            document["sha256"] = summaries._digest(document["body"])
+        header, rows = _read(path)
+        if damage == "digest":  # a lie about the spend, with the old digests
+            rows[0][SPEND] = "999"
+            _write(path, header, rows, reseal=False)
+        elif damage == "rows":  # consistent digests, wrong numbering
+            _write(path, header, rows[1:])
+        elif damage == "key":
+            header["key"] = "0" * 32
+            _write(path, header, rows)
         else:
-            document["body"]["key"] = "0" * 32
-            document["sha256"] = summaries._digest(document["body"])
-        path.write_text(json.dumps(document))
+            header["columns"] = header["columns"][::-1]
+            _write(path, header, rows)
     again = summarize(builder.paths, cache)
     assert not again.from_cache and again.rows == truth.rows
+    assert summaries.totals(builder.paths, cache).spend_usd == truth.spend_usd
+
+
+def test_totals_read_the_header_alone(tmp_path: Path) -> None:
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    truth = summarize(builder.paths, cache)
+    [path] = _cache_files(cache)
+    header_line = path.read_bytes().split(b"\n", 1)[0]
+    path.write_bytes(header_line + b"\n[[\"the rows are not read\"]]")
+    found = summaries.totals(builder.paths, cache)
+    assert (found.generations, found.spend_usd, found.outcomes) == (
+        truth.generations, truth.spend_usd, truth.outcomes)
+    assert summarize(builder.paths, cache).rows == truth.rows  # rows: rebuilt
 
 
 def test_a_cache_of_another_history_is_not_extended(tmp_path: Path) -> None:
@@ -100,11 +137,10 @@ def test_a_cache_of_another_history_is_not_extended(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     summarize(builder.paths, cache)
     [path] = _cache_files(cache)
-    document = json.loads(path.read_text())
-    document["body"]["lineage_head"] = "1" * 40
-    document["body"]["rows"][0]["spend_usd"] = "999"
-    document["sha256"] = summaries._digest(document["body"])
-    path.write_text(json.dumps(document))
+    header, rows = _read(path)
+    header["lineage_head"] = "1" * 40
+    rows[0][SPEND] = "999"
+    _write(path, header, rows)
     again = summarize(builder.paths, cache)
     assert again.rows[0].spend_usd == "0.01"
 

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Benchmark what grew: `status` over a fleet, `log`, `verify` and the viewer's first paint.
+
+One command: `python bench/history_bench.py [--lineages N] [--generations G] [--rounds R]
+[--skip-browser]`. The fleet is plan_bench's (100 lineages x 1,000 generations by
+default, built once under bench/out/ and shared with plan_bench; `--lineages 10`
+for a quick run). Two more lineages (1,000 and 2,000 generations) are built for
+`verify`. Measured in the same run, best of R rounds:
+
+- status: the baseline is what `ouro status` did before summaries (walk every
+  generation commit and read every observation, as the old read_status did,
+  reproduced here) plus observe; cold is `ouro status`'s work with its summary
+  cache deleted (it rebuilds and writes it); warm is the same with the cache.
+  Targets: warm < 1 s; cold <= 1.1x the baseline (no slower, within noise).
+- log: `ouro log NAME` of a 1,000-generation lineage, warm, in-process and as a
+  fresh process. Target: in-process < 0.3 s (the process adds Python's start-up).
+- verify: the audit of a 1,000- and a 2,000-generation lineage, in-process.
+  Targets: 1,000 < 0.5 s; 2,000 <= 2.2x 1,000.
+- viewer: `ouro view` serving the fleet's specs; headless Chromium loads a
+  1,000-generation lineage's page; first contentful paint from the browser's own
+  paint timing. Target < 1 s.
+
+Exits 1 if a target is missed or a result is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import plan_bench  # noqa: E402  (sets OURO_INSTRUMENT_COMMIT to the fleet's)
+import pygit2  # noqa: E402
+
+from reconciler.kernel import formats  # noqa: E402
+from reconciler.state import instrument  # noqa: E402
+
+OUT = ROOT / "bench" / "out"
+MAIN = (plan_bench.PIN.removesuffix("main()")
+        + "import sys; sys.argv[0] = 'ouro'; main()")
+
+
+def best(rounds: int, action: Callable[[], Any]) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(rounds):
+        started = time.perf_counter()
+        result = action()
+        times.append(time.perf_counter() - started)
+    return min(times), result
+
+
+# ---------------------------------------------------------------- status
+
+
+def old_status(paths: Any) -> tuple[int, Decimal]:
+    """What read_status did before summaries: every commit, every observation, the journal."""
+    repo = pygit2.Repository(str(paths.git_dir))
+    commit = repo.references[f"refs/heads/{paths.branch}"].peel(pygit2.Commit)
+    journal = bytes(repo[commit.tree["journal.md"].id].data).decode("utf-8", errors="replace")
+    formats.last_heading_line(journal)
+    count = 0
+    while True:
+        if formats.is_generation_subject(commit.message.split("\n", 1)[0]):
+            count += 1
+        if not commit.parents:
+            break
+        commit = commit.parents[0]
+    obs = pygit2.Repository(str(paths.observations))
+    head = obs.references[f"refs/heads/{paths.observation_branch}"].peel(pygit2.Commit)
+    spend = Decimal(0)
+    for entry in obs[head.tree["generations"].id]:
+        record = json.loads(bytes(obs[entry.id].data).decode("utf-8"))
+        spend += formats.calls_spend(record.get("model_calls"))
+    return count, spend
+
+
+def status_baseline(root: Path) -> int:
+    from reconciler.spec.load import load_specs
+    from reconciler.state.observe import observe
+
+    total = 0
+    for spec in load_specs([root / "specs"]):
+        paths = spec.paths()
+        observe(paths)
+        total += old_status(paths)[0]
+    return total
+
+
+def status_now(root: Path, cache: Path) -> int:
+    from reconciler.report.render import StatusLine, status_json
+    from reconciler.spec.load import load_specs
+    from reconciler.state.observe import observe, read_status
+
+    lines = []
+    for spec in load_specs([root / "specs"]):
+        paths = spec.paths()
+        lines.append(StatusLine(spec.name, read_status(paths, observe(paths), cache)))
+    io.StringIO().write(status_json(lines))
+    return sum(line.report.generations for line in lines)
+
+
+# ---------------------------------------------------------------- log, verify
+
+
+def log_now(paths: Any, cache: Path) -> int:
+    from reconciler.report.history import log_text
+    from reconciler.state.summaries import summarize
+
+    summary = summarize(paths, cache)
+    io.StringIO().write(log_text([(summary, summary.rows)]))
+    return summary.generations
+
+
+def ouro(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", MAIN, *args], cwd=ROOT, capture_output=True,
+                          text=True, check=False, env=env)
+
+
+def verify_lineage(generations: int) -> Any:
+    from reconciler.spec.load import default_places
+
+    root = OUT / f"history-v1-verify-G{generations}"
+    name = f"v{generations}"
+    if not (root / ".complete").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        plan_bench.build_lineage((root, name, generations, 0, "loose"))
+        (root / ".complete").write_text("built\n")
+    return default_places(root / name, name)
+
+
+# ---------------------------------------------------------------- viewer
+
+
+def first_paint(root: Path, name: str, rounds: int) -> float:
+    from tests.viewer.browser import chromium
+
+    env = dict(os.environ, OURO_STATE_DIR=str(root / "state"))
+    process = subprocess.Popen([sys.executable, "-c", MAIN, "view", str(root / "specs")],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    match = re.search(r"(http://\S+)/\?token=(\S+)", process.stdout.readline())
+    assert match, "ouro view printed no URL"
+    profile = OUT / "history-v1-chromium-profile"
+    shutil.rmtree(profile, ignore_errors=True)
+    driver = chromium(profile)
+    paints = []
+    try:
+        for _ in range(rounds):
+            driver.get(f"{match[1]}/lineage/{name}?token={match[2]}")
+            paint = driver.execute_script(
+                "const p = performance.getEntriesByName('first-contentful-paint');"
+                "return p.length ? p[0].startTime : null;")
+            rows = driver.execute_script(
+                "return document.querySelectorAll('tr.generation').length")
+            assert paint is not None and rows > 0, (paint, rows)
+            paints.append(float(paint) / 1000)
+    finally:
+        driver.quit()
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)
+    return min(paints)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lineages", type=int, default=100)
+    parser.add_argument("--generations", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-browser", action="store_true")
+    options = parser.parse_args()
+    instrument._fingerprint = lambda: plan_bench.BENCH_FINGERPRINT  # type: ignore[assignment]
+    root = plan_bench.build_fleet(options.lineages, options.generations, "loose")
+    cache = root / "state" / ".summaries"
+    names = sorted(p.stem for p in (root / "specs").glob("*.yaml"))
+    expected = len(names) * options.generations
+    print(f"fleet: {len(names)} lineages x {options.generations} generations at {root}")
+    problems, missed = [], []
+
+    base, counted = best(options.rounds, lambda: status_baseline(root))
+    colds = []
+    for _ in range(options.rounds):
+        shutil.rmtree(cache, ignore_errors=True)
+        colds.append(best(1, lambda: status_now(root, cache)))
+    cold, cold_count = min(colds)
+    warm, warm_count = best(options.rounds, lambda: status_now(root, cache))
+    if not counted == cold_count == warm_count == expected:
+        problems.append(f"status counted {counted}/{cold_count}/{warm_count}, not {expected}")
+    env = dict(os.environ, OURO_STATE_DIR=str(root / "state"))
+    cli_warm, _ = best(options.rounds, lambda: ouro("status", str(root / "specs"), "--json",
+                                                    env=env))
+    print(f"status: baseline (every observation read, as before) {base:.3f} s; "
+          f"cold (cache rebuilt) {cold:.3f} s, ratio {cold / base:.2f}x; warm {warm:.3f} s "
+          f"({base / warm:.1f}x faster); `ouro status --json` warm, fresh process "
+          f"{cli_warm:.3f} s")
+    if warm >= 1.0:
+        missed.append("status warm < 1 s")
+    if cold > 1.1 * base:
+        missed.append("status cold <= 1.1x baseline")
+
+    paths = next(spec.paths() for spec in __import__(
+        "reconciler.spec.load", fromlist=["load_specs"]).load_specs([root / "specs"]))
+    log_warm, generations = best(options.rounds, lambda: log_now(paths, cache))
+    log_cli, result = best(options.rounds, lambda: ouro(
+        "log", names[0], "--specs", str(root / "specs"), env=env))
+    if generations != options.generations or result.returncode != 0:
+        problems.append(f"log: {generations} rows, exit {result.returncode} {result.stderr}")
+    print(f"log of {generations} generations, warm: in-process {log_warm:.3f} s; "
+          f"`ouro log`, fresh process {log_cli:.3f} s")
+    if log_warm >= 0.3:
+        missed.append("log warm < 0.3 s")
+
+    from reconciler.state.audit import audit_lineage
+
+    audits = {}
+    for count in (1000, 2000):
+        lineage = verify_lineage(count)
+        seconds, audit = best(options.rounds, lambda lineage=lineage: audit_lineage(lineage))
+        audits[count] = seconds
+        if audit.status == "unknown" or audit.generations != count:
+            problems.append(f"verify {count}: {audit.status}, {audit.generations} generations")
+    ratio = audits[2000] / audits[1000]
+    print(f"verify (the audit, in-process): 1,000 generations {audits[1000]:.3f} s; "
+          f"2,000 {audits[2000]:.3f} s, ratio {ratio:.2f}x")
+    if audits[1000] >= 0.5:
+        missed.append("verify 1,000 < 0.5 s")
+    if ratio > 2.2:
+        missed.append("verify 2,000 <= 2.2x 1,000")
+
+    if not options.skip_browser:
+        paint = first_paint(root, names[0], options.rounds)
+        print(f"viewer: {options.generations}-generation lineage page, first contentful "
+              f"paint in Chromium {paint:.3f} s")
+        if paint >= 1.0:
+            missed.append("viewer first paint < 1 s")
+
+    for line in problems:
+        print(f"WRONG: {line}")
+    print("targets: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))
+    return 0 if not missed and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
