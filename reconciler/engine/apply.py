@@ -196,7 +196,9 @@ class Engine:
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
         )
         try:
-            with LineageLock(spec.name, spec.paths().git_dir, timeout=self.lock_timeout):
+            places = spec.paths()
+            with LineageLock(spec.name, places.git_dir, timeout=self.lock_timeout,
+                             places=(places.worktree, places.git_dir, places.observations)):
                 paths = spec_paths(spec)  # under the lock: the branches as they are now
                 observed = observe(paths)
                 current = plan_lineage(spec, observed, self.identity, preflight=provider_problem)

@@ -1,26 +1,34 @@
 """One apply per lineage at a time: an exclusive lock beside the lineage's git dir.
 
-The lock is an ``flock`` (through ``filelock``) on ``<git dir>.ouro-lock``, a
-sibling of the git dir so it exists before the lineage does (a ``create`` is
-locked too). The kernel drops an ``flock`` when its holder dies, so a lock left
-by a killed apply is simply free again: taking it over needs no guesswork. The
-holder writes who it is (pid, host, start time, command) into
-``<git dir>.ouro-lock.json`` so that a waiting apply can name it.
+The lock is an ``flock`` on ``<git dir>.ouro-lock``, a sibling of the git dir so
+that it exists before the lineage does (a ``create`` is locked too). The kernel
+drops an ``flock`` when its holder dies, so a lock left by a killed apply is
+simply free again: taking it over needs no guesswork. The holder writes who it
+is (pid, host, start time, command) into ``<git dir>.ouro-lock.json`` so that a
+waiting apply can name it.
+
+An apply that created nothing (refused, or stopped before the birth) leaves
+nothing behind: on release, while still holding the lock, it removes the lock
+file if none of the lineage's places exist. That unlink cannot let two applies
+in at once: a waiter that had opened the old file gets the lock on an inode no
+longer at the path, so every acquirer, once locked, checks that the path is
+still the file it locked, and starts again on the new one if not. Only the
+holder unlinks, and only while it holds the lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-
-import filelock
 
 from reconciler.errors import LockError
 
@@ -64,14 +72,53 @@ def read_holder(git_dir: Path) -> Holder:
     )
 
 
-class LineageLock:
-    """Context manager: hold a lineage for the whole of an apply."""
+_POLL_FIRST, _POLL_MAX = 0.01, 0.25  # seconds between attempts on a held lock
 
-    def __init__(self, name: str, git_dir: Path, *, timeout: float) -> None:
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Is ``path`` (still) the file open as ``fd``?"""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+class LineageLock:
+    """Context manager: hold a lineage for the whole of an apply.
+
+    ``places`` are the lineage's three places: when none of them exists at release,
+    the lock file is removed too (the apply created nothing). ``timeout`` < 0 waits
+    for ever; 0 tries once.
+    """
+
+    def __init__(self, name: str, git_dir: Path, *, timeout: float,
+                 places: Sequence[Path] = ()) -> None:
         self.name = name
         self.git_dir = git_dir
         self.timeout = timeout
-        self._lock = filelock.FileLock(str(lock_path(git_dir)), timeout=timeout)
+        self.places = tuple(places) or (git_dir,)
+        self._fd: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return lock_path(self.git_dir)
+
+    def _try_once(self) -> int | None:
+        """The locked fd of the file now at the path, or None if another holds it."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except OSError:
+                os.close(fd)
+                raise
+            if _same_file(fd, self.path):
+                return fd
+            os.close(fd)  # its holder created nothing and removed it: lock the new one
 
     def acquire(self) -> None:
         try:
@@ -82,20 +129,28 @@ class LineageLock:
                 f"({error.strerror}): check the storage path and its permissions"
             ) from error
         started = time.monotonic()
-        try:
-            self._lock.acquire()
-        except filelock.Timeout as error:
-            holder = read_holder(self.git_dir)
-            raise LockError(
-                f"ouro: lineage {self.name} is held by another apply ({holder.describe()}); "
-                f"waited {time.monotonic() - started:.0f}s (--lock-timeout {self.timeout:g}s): "
-                "let it finish, or raise --lock-timeout"
-            ) from error
-        except OSError as error:
-            raise LockError(
-                f"ouro: lineage {self.name}: cannot lock {lock_path(self.git_dir)} "
-                f"({error.strerror})"
-            ) from error
+        pause = _POLL_FIRST
+        while True:
+            try:
+                fd = self._try_once()
+            except OSError as error:
+                raise LockError(
+                    f"ouro: lineage {self.name}: cannot lock {self.path} ({error.strerror})"
+                ) from error
+            if fd is not None:
+                break
+            waited = time.monotonic() - started
+            if self.timeout >= 0 and waited >= self.timeout:
+                holder = read_holder(self.git_dir)
+                raise LockError(
+                    f"ouro: lineage {self.name} is held by another apply ({holder.describe()}); "
+                    f"waited {waited:.0f}s (--lock-timeout {self.timeout:g}s): "
+                    "let it finish, or raise --lock-timeout"
+                )
+            left = self.timeout - waited if self.timeout >= 0 else pause
+            time.sleep(max(0.0, min(pause, left)))
+            pause = min(pause * 2, _POLL_MAX)
+        self._fd = fd
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -104,15 +159,28 @@ class LineageLock:
                 os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)
             ),
         }
-        temporary = holder_path(self.git_dir).with_suffix(".tmp")
-        temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.replace(temporary, holder_path(self.git_dir))
+        try:
+            temporary = holder_path(self.git_dir).with_suffix(".tmp")
+            temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
+            os.replace(temporary, holder_path(self.git_dir))
+        except OSError as error:
+            self.release()
+            raise LockError(
+                f"ouro: lineage {self.name}: cannot write {holder_path(self.git_dir)} "
+                f"({error.strerror}): check the storage path and its permissions"
+            ) from error
 
     def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
         try:
             holder_path(self.git_dir).unlink(missing_ok=True)
+            if not any(os.path.lexists(place) for place in self.places):
+                # Created nothing: leave nothing (safe only now, while we hold it).
+                self.path.unlink(missing_ok=True)
         finally:
-            self._lock.release()
+            os.close(fd)  # drops the flock
 
     def __enter__(self) -> LineageLock:
         self.acquire()

@@ -558,9 +558,14 @@ class StorageSpec(_Strict):
     )
     git_dir: PathText | None = Field(default=None, description="default <path>.git")
     observations: PathText | None = Field(default=None, description="default <path>.observations")
-    branch: BranchName = Field(default=None, description="default lineage-<name>")
+    branch: BranchName = Field(
+        default=None,
+        description="default: the branch an existing lineage records; lineage-<name> for a birth",
+    )
     observation_branch: BranchName = Field(
-        default=None, description="default observations/<branch>"
+        default=None,
+        description="default: the branch an existing lineage's observations record; "
+        "observations/<branch> for a birth",
     )
 
 

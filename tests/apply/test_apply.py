@@ -333,6 +333,7 @@ def test_a_missing_api_key_creates_nothing_and_names_the_variable(
     assert "OURO_TEST_ABSENT_KEY=" not in result.stdout + result.stderr
     assert not (tmp_path / "state" / "xi").exists()
     assert not (tmp_path / "state" / "xi.git").exists()
+    assert sorted(p.name for p in (tmp_path / "state").glob("xi*")) == []  # nor a lock
     assert by_name["omicron"]["final_action"] == "in-sync"
 
 

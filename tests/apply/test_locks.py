@@ -74,3 +74,77 @@ def test_unreadable_holder_record_is_reported_as_unknown(tmp_path: Path, content
     git_dir = tmp_path / "gamma.git"
     holder_path(git_dir).write_text(content)
     assert read_holder(git_dir).describe() == "an unknown process (no holder record)"
+
+
+# ---------------------------------------------------------------- nothing left behind
+
+
+def test_a_lock_whose_holder_created_nothing_is_removed(tmp_path: Path) -> None:
+    git_dir = tmp_path / "delta.git"
+    places = (tmp_path / "delta", git_dir, tmp_path / "delta.observations")
+    with LineageLock("delta", git_dir, timeout=1, places=places):
+        assert lock_path(git_dir).exists() and holder_path(git_dir).exists()
+    assert not lock_path(git_dir).exists() and not holder_path(git_dir).exists()
+
+
+@pytest.mark.parametrize("made", [0, 1, 2], ids=["worktree", "git-dir", "observations"])
+def test_a_lock_beside_any_place_of_the_lineage_stays(tmp_path: Path, made: int) -> None:
+    git_dir = tmp_path / "eps.git"
+    places = (tmp_path / "eps", git_dir, tmp_path / "eps.observations")
+    with LineageLock("eps", git_dir, timeout=1, places=places):
+        places[made].mkdir()
+    assert lock_path(git_dir).exists() and not holder_path(git_dir).exists()
+
+
+def test_an_acquirer_that_locked_a_removed_file_locks_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: between our open and our flock, the holder released and removed the file."""
+    import fcntl
+
+    from reconciler.engine import locks
+
+    git_dir = tmp_path / "zeta.git"
+    real_flock = fcntl.flock
+    calls: list[int] = []
+
+    def flock_after_the_holder_left(fd: int, operation: int) -> None:
+        calls.append(operation)
+        if len(calls) == 1:
+            lock_path(git_dir).unlink()  # what a holder that created nothing does on release
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(locks.fcntl, "flock", flock_after_the_holder_left)
+    lock = LineageLock("zeta", git_dir, timeout=1)
+    lock.acquire()
+    try:
+        assert len(calls) == 2  # it went round once, on the new file
+        monkeypatch.setattr(locks.fcntl, "flock", real_flock)
+        with pytest.raises(LockError):  # and that new file is really the one held
+            LineageLock("zeta", git_dir, timeout=0).acquire()
+    finally:
+        lock.release()
+
+
+COUNT = """
+import sys, time
+from pathlib import Path
+from reconciler.engine.locks import LineageLock
+git_dir, counter, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+for _ in range(rounds):
+    with LineageLock("eta", git_dir, timeout=60, places=(git_dir,)):
+        value = int(counter.read_text())
+        time.sleep(0.002)
+        counter.write_text(str(value + 1))
+"""
+
+
+def test_holders_that_remove_the_lock_file_still_exclude_each_other(tmp_path: Path) -> None:
+    git_dir, counter = tmp_path / "eta.git", tmp_path / "counter"
+    counter.write_text("0")
+    children = [subprocess.Popen([sys.executable, "-c", COUNT, str(git_dir), str(counter), "40"],
+                                 cwd=Path(__file__).resolve().parents[2]) for _ in range(3)]
+    for child in children:
+        assert child.wait(timeout=120) == 0
+    assert counter.read_text() == "120"  # no increment lost: never two holders at once
+    assert not lock_path(git_dir).exists()
