@@ -155,7 +155,7 @@ def run(tmp_path: Path, organism: str, ceilings: Ceilings = CEILINGS,
         cancel: threading.Event | None = None, extra: dict[str, bytes] | None = None,
         ) -> SandboxResult:
     return run_sandbox(kernel_dir=kernel_dir(tmp_path, organism, extra), ceilings=ceilings,
-                       scope_name=f"test-sbx-{uuid.uuid4().hex[:12]}", cancel=cancel)
+                       scope_name=f"{SCOPE_PREFIX}{uuid.uuid4().hex[:12]}", cancel=cancel)
 
 
 def files(result: SandboxResult) -> dict[str, bytes]:
@@ -536,6 +536,10 @@ def test_archive_limit_covers_a_full_worktree() -> None:
     assert limit > CEILINGS.worktree_bytes + CEILINGS.worktree_files * 512
 
 
+# This process's scopes only: another test run on the same host has its own.
+SCOPE_PREFIX = f"test-sbx-{os.getpid()}-"
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_cgroups() -> Iterator[None]:
     yield
@@ -544,5 +548,5 @@ def _no_leftover_cgroups() -> Iterator[None]:
         parent = mounts.v1.get(controller)
         if parent is not None and (parent / "ouro").is_dir():
             leftovers = [p.name for p in (parent / "ouro").iterdir()
-                         if p.is_dir() and p.name.startswith("test-sbx-")]
+                         if p.is_dir() and p.name.startswith(SCOPE_PREFIX)]
             assert leftovers == []
