@@ -3,6 +3,9 @@
 Parse the options into an ``ApplyRequest``, call ``engine.session.apply`` (the
 whole flow: see its docstring), render its outcome, exit with its code. A new
 option is a field of ``ApplyRequest`` and one line in ``_request``.
+
+Streams: what apply produces (the plan, the summary of every lineage, or the JSON
+report) goes to stdout; progress, notes and the question go to stderr.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class _Terminal:
         if not self.quiet:
             from reconciler.report.render import print_plan
 
-            print_plan(plan, sys.stderr)
+            print_plan(plan, sys.stdout)
+            sys.stdout.flush()  # shown before the question and the run, even into a pipe
 
     def confirm(self, worst_usd: Decimal) -> bool:
         if self.yes:
@@ -129,7 +133,7 @@ def apply_command(
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
-        sys.stderr.write(apply_summary(outcome))
+        sys.stdout.write(apply_summary(outcome))
     raise SystemExit(outcome.exit_code)
 
 

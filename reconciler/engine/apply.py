@@ -241,6 +241,12 @@ class Engine:
             self.events.emit(
                 "error", lineage=spec.name, error=str(error), kind=type(error).__name__
             )
+        except Exception as error:  # a bug: this lineage stops, keeping what it ran
+            message = (f"ouro: internal error ({type(error).__name__}: "
+                       f"{' '.join(str(error).split())}); this is a bug in ouro")
+            result.errors.append(message)
+            self.events.emit("error", lineage=spec.name, error=message,
+                             kind=type(error).__name__)
         return self._finish(spec, result)
 
     def _run_generations(

@@ -110,6 +110,7 @@ class ApplyOutcome:
 class _Prepared:
     specs: list[LoadedSpec]
     plan: Plan
+    from_saved_plan: bool = False  # a fresh saved plan was the review: no second question
 
     def jobs(self) -> tuple[list[tuple[LoadedSpec, LineagePlan]], list[tuple[LoadedSpec,
                                                                              LineagePlan]]]:
@@ -170,7 +171,7 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
                 + "\n  ".join(stale)
                 + "\nmake a new plan with `ouro plan ... -o FILE`"
             )
-    return _Prepared(specs, plan)
+    return _Prepared(specs, plan, from_saved_plan=saved is not None)
 
 
 @contextmanager
@@ -205,7 +206,7 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     ui.show_plan(prepared.plan)
     worst = check_spend(prepared.plan.lineages, request.max_spend)
     runnable, to_check = prepared.jobs()
-    if runnable and not ui.confirm(worst):
+    if runnable and not prepared.from_saved_plan and not ui.confirm(worst):
         raise ApplyError("ouro apply: not confirmed; nothing was run")
 
     limits = Limits(

@@ -94,6 +94,8 @@ def plan_file_document(plan: Plan, specs: Sequence[object] = (),
                             index if isinstance(index, int) else None)
     return {
         "format": PLANFILE_FORMAT,
+        "format_version": 1,  # beside "format" (what the reader checks), as in ouro's output
+        "kind": "ouro-plan-file",
         "created_at": created_at or datetime.now(UTC).isoformat(timespec="seconds"),
         "instrument": {"commit": plan.instrument.commit,
                        "fingerprint": plan.instrument.fingerprint},

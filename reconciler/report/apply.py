@@ -6,14 +6,17 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from reconciler.engine.apply import LineageResult
 from reconciler.engine.session import ApplyOutcome
+from reconciler.report.render import FORMAT_VERSION
 
-REPORT_FORMAT = "ouro-apply-report/v1"
+KIND = "ouro-apply"  # with format_version, as in every JSON document ouro prints
 
 
 def apply_document(outcome: ApplyOutcome) -> dict[str, Any]:
     return {
-        "format_version": REPORT_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": KIND,
         "interrupted": outcome.interrupted,
         "stopped_by": outcome.stopped_by,
         "lineages": [result.as_json() for result in outcome.lineages],
@@ -24,14 +27,29 @@ def apply_json(outcome: ApplyOutcome) -> str:
     return json.dumps(apply_document(outcome), indent=2, sort_keys=True) + "\n"
 
 
+def _lineage_lines(result: LineageResult) -> list[str]:
+    """One lineage's outcome: where it is now, what ran, then its refusal, errors, audit."""
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items()))
+    now = result.final_action or result.planned_action
+    have = "?" if result.final_generations is None else str(result.final_generations)
+    lines = [f"{result.name}: {now}, {have} of {result.desired_generations} generations; "
+             f"ran {result.generations_run}" + (f" ({counts})" if counts else "")
+             + f", spent ${result.spend_usd}"]
+    if result.refusal:
+        lines.append(f"  refused: {result.refusal}")
+    lines.extend(f"  error: {error}" for error in result.errors)
+    if result.audit is not None:
+        findings = "; ".join(result.audit["findings"])
+        lines.append(f"  verify: {result.audit['status']}" + (f" ({findings})" if findings else ""))
+    return lines
+
+
 def apply_summary(outcome: ApplyOutcome) -> str:
-    """Each audited lineage's verdict, the totals, why it stopped early, a log failure."""
+    """Every lineage's outcome (an internal error included), the totals, why it stopped
+    early, a log failure."""
     lines = []
     for result in outcome.lineages:
-        if result.audit is not None:
-            findings = "; ".join(result.audit["findings"])
-            lines.append(f"{result.name}: verify: {result.audit['status']}"
-                         + (f" ({findings})" if findings else ""))
+        lines.extend(_lineage_lines(result))
     ran = sum(result.generations_run for result in outcome.lineages)
     spent = sum((result.spend_usd for result in outcome.lineages), Decimal(0))
     line = f"Applied: {ran} generations run, ${spent} spent."

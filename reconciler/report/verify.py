@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.engine.verify import LineageReport, VerifyReport
+from reconciler.report.render import FORMAT_VERSION
 
 _WHY_UNKNOWN = {
     "stopped": "the audit was stopped",
@@ -49,4 +50,6 @@ def verify_text(report: VerifyReport) -> str:
 
 
 def verify_json(report: VerifyReport) -> str:
-    return json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n"
+    """The audit's report, under the format_version and kind every JSON document has."""
+    document = {"format_version": FORMAT_VERSION, "kind": "ouro-verify", **report.as_dict()}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

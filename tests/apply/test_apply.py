@@ -62,7 +62,7 @@ def test_create_then_second_apply_is_a_no_op(specs: Path, env: dict[str, str],
                           if "events.jsonl" not in p.name)
     second = run_ouro("apply", "--yes", str(specs), env=env)
     assert second.returncode == 0, (second.stdout, second.stderr)
-    assert "0 generations run" in second.stderr
+    assert "0 generations run" in second.stdout
     assert refs(paths) == before
     files_after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "state").rglob("*")
                          if "events.jsonl" not in p.name)
@@ -269,10 +269,10 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
         process = subprocess.Popen(ouro_argv("apply", "--yes", "--lock-timeout", "60",
                                              str(specs)), env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
-        assert process.stderr is not None
+        assert process.stdout is not None
         seen = ""
-        while "Plan:" not in seen:
-            line = process.stderr.readline()
+        while "Plan:" not in seen:  # the plan is apply's output (stdout), flushed before it runs
+            line = process.stdout.readline()
             assert line, seen
             seen += line
         assert "partial" in seen or "refuse" in seen, seen
@@ -284,8 +284,8 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
                                   model=ModelConfig("echo", "echo"),
                                   ceilings=Ceilings(wall_seconds=60, cpu_seconds=30,
                                                     memory_bytes=512 << 20), api_key=None)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == code, seen + err
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == code, seen + out + err
     assert_invariant(paths, 1)
     if code:
         assert "changed while this apply was planning" in err
