@@ -7,6 +7,7 @@ does I/O. Money is ``Decimal``; sizes are bytes; durations are whole seconds.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -81,17 +82,24 @@ class Ceilings:
 
 @dataclass(frozen=True)
 class LineagePaths:
-    """The three places of a lineage, and its two branches."""
+    """The three places of a lineage, its two branches, and its name.
+
+    ``name`` is the spec's ``metadata.name``, carried as given (it names cgroup
+    scopes and messages); it is empty when a lineage is opened by its places alone,
+    and is never guessed from the branch. ``label`` is what messages call it. Two
+    values are equal when their places and branches are: the name is not compared.
+    """
 
     worktree: Path
     git_dir: Path
     observations: Path
     branch: str
     observation_branch: str
+    name: str = dataclasses.field(default="", compare=False)
 
     @property
-    def name(self) -> str:
-        return self.branch.removeprefix("lineage-")
+    def label(self) -> str:
+        return self.name or self.branch
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ class LoadedSpec:
             observations=storage.observations,
             branch=storage.branch,
             observation_branch=storage.observation_branch,
+            name=self.name,
         )
 
     def model(self) -> ModelConfig:
@@ -594,6 +595,7 @@ def default_places(path: Path, name: str) -> LineagePaths:
         observations=path.with_name(path.name + ".observations"),
         branch=branch,
         observation_branch=f"observations/{branch}",
+        name=name,
     )
 
 

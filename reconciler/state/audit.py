@@ -669,7 +669,7 @@ IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 def audit_lineage(paths: LineagePaths, name: str | None = None) -> LineageAudit:
     """Audit one lineage's whole history. Never raises: unreadable -> ``unknown``."""
-    lineage = name if name is not None else paths.name
+    lineage = name if name is not None else paths.label
     started = time.monotonic()
     audit = _Audit(lineage, paths)
     try:

@@ -71,6 +71,7 @@ def decode_job(data: bytes) -> tuple[list[tuple[str, LineagePaths]], int]:
             observations=Path(entry["observations"]),
             branch=entry["branch"],
             observation_branch=entry["observation_branch"],
+            name=entry["name"],
         )
         items.append((entry["name"], paths))
     return items, max_findings

@@ -837,7 +837,7 @@ def observe(paths: LineagePaths) -> Observed:
         # A corrupt object or ref: report it (observe never raises for a damaged lineage).
         problems.add(
             "not-a-lineage",
-            f"lineage {paths.name}: its repositories cannot be read "
+            f"lineage {paths.label}: its repositories cannot be read "
             f"({type(error).__name__}: {error}); run `ouro verify` or `git fsck` on them",
         )
     if git_dir_exists or worktree_exists or observations_exist:

@@ -384,7 +384,7 @@ def _digest(body: Mapping[str, Any]) -> str:
 
 
 def _cache_file(cache_dir: Path, paths: LineagePaths) -> Path:
-    return cache_dir / f"{paths.name[:40]}-{cache_key(paths)}.json"
+    return cache_dir / f"{(paths.name or 'lineage')[:40]}-{cache_key(paths)}.json"
 
 
 @dataclass(frozen=True)
@@ -608,7 +608,7 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
         return LineageSummary(
             name=paths.name, rows=(), lineage_head=None, observation_head=None,
             interrupted_usd="0", journal_heading=None, trailing_edits=0,
-            problems=(f"lineage {paths.name}: its repositories cannot be read "
+            problems=(f"lineage {paths.label}: its repositories cannot be read "
                       f"({type(error).__name__}: {error})",),
         )
 

@@ -12,9 +12,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from reconciler.kernel import sandbox
 from reconciler.kernel.ceilings import discover_mounts
 from reconciler.kernel.config import Ceilings
 from reconciler.kernel.decoder import decode
@@ -22,6 +24,7 @@ from reconciler.kernel.errors import PreflightError
 from reconciler.kernel.sandbox import (
     RUNNER,
     STDERR_LIMIT,
+    USR_LINKS,
     SandboxResult,
     archive_limit,
     bwrap_argv,
@@ -120,9 +123,63 @@ def test_bwrap_carries_no_secret_and_no_host_path_but_kernel_dir(
 
 
 def test_merged_usr_links_are_symlinks(argv: list[str]) -> None:
-    for path in ("/bin", "/sbin", "/lib", "/lib64"):
+    """On this host: each of /bin, /lib, ... is recreated as the link it is, or bound as
+    the folder it is, or absent from the sandbox when the host has none."""
+    present = 0
+    for path in USR_LINKS:
         if os.path.islink(path):
             assert ("--symlink", os.readlink(path), path) in pairs(argv)
+            present += 1
+        elif os.path.isdir(path):
+            assert ("--ro-bind", path, path) in pairs(argv)
+            present += 1
+        else:
+            assert path not in argv
+    assert present >= 2  # every Linux host has a /bin and a /lib, linked or not
+
+
+HOSTS = {
+    "merged-usr": {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib",
+                   "/lib64": "usr/lib64"},
+    "split-usr": {"/bin": None, "/sbin": None, "/lib": None},
+}
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_usr_links_follow_the_host_layout(host: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both layouts, whatever this host's: a link (target) or a folder (None) per path."""
+    layout = HOSTS[host]
+    real_islink, real_isdir, real_readlink = os.path.islink, os.path.isdir, os.readlink
+
+    def islink(path: Any) -> bool:
+        return layout.get(path) is not None if path in USR_LINKS else real_islink(path)
+
+    def isdir(path: Any) -> bool:
+        return (path in layout and layout[path] is None) if path in USR_LINKS \
+            else real_isdir(path)
+
+    def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+        target = layout.get(path) if path in USR_LINKS else None
+        return target if target is not None else real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox.os.path, "islink", islink)
+    monkeypatch.setattr(sandbox.os.path, "isdir", isdir)
+    monkeypatch.setattr(sandbox.os, "readlink", readlink)
+    argv = bwrap_argv(kernel_dir=tmp_path / "kernel", ceilings=Ceilings())
+    monkeypatch.undo()
+    for path in USR_LINKS:
+        target = layout.get(path)
+        if path not in layout:
+            assert path not in argv
+        elif target is None:
+            assert ("--ro-bind", path, path) in pairs(argv)
+            assert not any(a == "--symlink" and argv[i + 2] == path for i, a in enumerate(argv))
+        else:
+            assert ("--symlink", target, path) in pairs(argv)
+            assert ("--ro-bind", path, path) not in pairs(argv)
+    # either way the links come after /usr, which they point into
+    assert argv.index("/usr") < min(argv.index(p) for p in layout)
 
 
 # ---------------------------------------------------------------- real runs

@@ -340,9 +340,24 @@ def test_sha256_is_of_the_meaning_not_the_spelling(tmp_path: Path) -> None:
               + "  ceilings: {wall: 10m}\n")
     c = write(tmp_path, "c/s.yaml", MINIMAL.format(name="s").replace("generations: 2",
                                                                      "generations: 3"))
-    sums = [only([p], state_dir=tmp_path / "st").sha256 for p in (a, b, c)]
+    specs = [only([p], state_dir=tmp_path / "st") for p in (a, b, c)]
+    sums = [spec.sha256 for spec in specs]
     assert sums[0] == sums[1] != sums[2]
-    assert all(len(s) == 64 and int(s, 16) >= 0 for s in sums)
+    # docs/spec.md: the sha256 of the canonical JSON form (the validated spec as written,
+    # defaults filled, keys sorted), computed here from the written document itself
+    import json
+
+    from ruamel.yaml import YAML
+
+    from reconciler.spec.models import LineageSpec
+
+    for path, spec in zip((a, b, c), specs, strict=True):
+        document = LineageSpec.model_validate(YAML(typ="safe").load(path.read_text()))
+        canonical = json.dumps(document.model_dump(mode="json", by_alias=True),
+                               sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert spec.sha256 == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    # the digest is of the spec, not of where its lineage lives
+    assert only([a], state_dir=tmp_path / "elsewhere").sha256 == sums[0]
     assert sums[0] != hashlib.sha256(b"").hexdigest()
 
 
@@ -387,3 +402,13 @@ def test_no_home_no_default_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     ]
     assert only([write(tmp_path / "ok", "f.yaml", placed)]).paths().worktree == (
         tmp_path / "ok" / "here")
+
+
+def test_a_custom_branch_keeps_the_specs_name(tmp_path: Path) -> None:
+    """The lineage's name is the spec's metadata.name, never read off the branch."""
+    from reconciler.kernel.recovery import scope_prefix
+
+    text = MINIMAL.format(name="alpha") + "  storage:\n    branch: evo/alpha-2\n"
+    spec = only([write(tmp_path, "a.yaml", text)])
+    assert (spec.paths().branch, spec.paths().name) == ("evo/alpha-2", "alpha")
+    assert scope_prefix(spec.paths()).startswith("alpha.")

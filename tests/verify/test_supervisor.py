@@ -30,6 +30,7 @@ PATHS = LineagePaths(
     Path("/nowhere/a.observations"),
     "lineage-a",
     "observations/lineage-a",
+    name="a",
 )
 NAMES = ["a"]
 
