@@ -34,7 +34,7 @@ from reconciler.engine.locks import LineageLock
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel import errors as kernel_errors
 from reconciler.kernel.config import Identity
-from reconciler.plan import LineagePlan, plan_lineage
+from reconciler.plan import LineagePlan, Refusal, plan_lineage
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
@@ -91,7 +91,8 @@ class LineageResult:
     outcomes: Counter[str] = field(default_factory=Counter)
     spend_usd: Decimal = Decimal(0)
     errors: list[str] = field(default_factory=list)
-    refusal: str | None = None
+    refusal: str | None = None  # the first of ``refusals``' messages
+    refusals: tuple[Refusal, ...] = ()  # every reason it was refused for, in the plan's order
     recovered: str | None = None
     final_action: str | None = None
     final_generations: int | None = None
@@ -103,6 +104,7 @@ class LineageResult:
         """A planned lineage apply did not run (in sync, or stopped first): as planned."""
         return cls(item.name, item.action,
                    refusal=item.message if item.action == "refuse" else None,
+                   refusals=item.refusals,
                    final_action=item.action, final_generations=item.observed_generations,
                    desired_generations=item.desired_generations)
 
@@ -116,6 +118,7 @@ class LineageResult:
             "spend_usd": str(self.spend_usd),
             "errors": self.errors,
             "refusal": self.refusal,
+            "reasons": [{"reason": r.reason, "message": r.message} for r in self.refusals],
             "recovered": self.recovered,
             "final_action": self.final_action,
             "observed_generations": self.final_generations,
@@ -198,7 +201,8 @@ class Engine:
         try:
             places = spec.paths()
             with LineageLock(spec.name, places.git_dir, timeout=self.lock_timeout,
-                             places=(places.worktree, places.git_dir, places.observations)):
+                             places=(places.worktree, places.git_dir, places.observations)
+                             ) as lock:
                 paths = spec_paths(spec)  # under the lock: the branches as they are now
                 observed = observe(paths)
                 current = plan_lineage(spec, observed, self.identity, preflight=provider_problem)
@@ -213,9 +217,12 @@ class Engine:
                     current = plan_lineage(spec, observed, self.identity,
                                            preflight=provider_problem)
                 if current.action == "refuse":
-                    result.refusal = current.message
+                    lock.untouched = result.recovered is None  # left as it was found
+                    result.refusal, result.refusals = current.message, current.refusals
                     self.events.emit(
-                        "refused", lineage=spec.name, reason=current.reason, message=current.message
+                        "refused", lineage=spec.name, reason=current.reason,
+                        message=current.message,
+                        reasons=[r.reason for r in current.refusals],
                     )
                     return self._finish(spec, result)
                 if planned.action == "refuse" and current.pending:
@@ -225,6 +232,7 @@ class Engine:
                         f"ouro: lineage {spec.name} changed while this apply was planning "
                         f"(now: {current.message}); run apply again to continue it"
                     )
+                    lock.untouched = result.recovered is None
                     return self._finish(spec, result)
                 # (a missing key or replay folder was refused by the plan, before creating)
                 api_key = preflight.api_key(spec.model())

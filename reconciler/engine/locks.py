@@ -9,7 +9,9 @@ waiting apply can name it.
 
 An apply that created nothing (refused, or stopped before the birth) leaves
 nothing behind: on release, while still holding the lock, it removes the lock
-file if none of the lineage's places exist. That unlink cannot let two applies
+file if none of the lineage's places exist, or if it made the file itself and
+says it changed nothing (``untouched``: a refused lineage, e.g. another
+instrument's, is left exactly as it was found). That unlink cannot let two applies
 in at once: a waiter that had opened the old file gets the lock on an inode no
 longer at the path, so every acquirer, once locked, checks that the path is
 still the file it locked, and starts again on the new one if not. Only the
@@ -98,7 +100,9 @@ class LineageLock:
         self.git_dir = git_dir
         self.timeout = timeout
         self.places = tuple(places) or (git_dir,)
+        self.untouched = False  # the holder sets it when it changed nothing of the lineage
         self._fd: int | None = None
+        self._made_file = False
 
     @property
     def path(self) -> Path:
@@ -107,6 +111,7 @@ class LineageLock:
     def _try_once(self) -> int | None:
         """The locked fd of the file now at the path, or None if another holds it."""
         while True:
+            self._made_file = not os.path.lexists(self.path)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -176,7 +181,8 @@ class LineageLock:
             return
         try:
             holder_path(self.git_dir).unlink(missing_ok=True)
-            if not any(os.path.lexists(place) for place in self.places):
+            nothing_there = not any(os.path.lexists(place) for place in self.places)
+            if nothing_there or (self.untouched and self._made_file):
                 # Created nothing: leave nothing (safe only now, while we hold it).
                 self.path.unlink(missing_ok=True)
         finally:

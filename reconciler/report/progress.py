@@ -40,7 +40,9 @@ class PlainReporter:
         self._say(f"{name}: gen {number}: {outcome} (${spend})")
 
     def lineage_finished(self, result: LineageResult) -> None:
-        if result.refusal:
+        for refusal in result.refusals:
+            self._say(f"{result.name}: refused ({refusal.reason}): {refusal.message}")
+        if result.refusal and not result.refusals:
             self._say(f"{result.name}: refused: {result.refusal}")
         for error in result.errors:
             self._say(f"{result.name}: error: {error}")

@@ -148,3 +148,28 @@ def test_holders_that_remove_the_lock_file_still_exclude_each_other(tmp_path: Pa
         assert child.wait(timeout=120) == 0
     assert counter.read_text() == "120"  # no increment lost: never two holders at once
     assert not lock_path(git_dir).exists()
+
+
+def test_an_untouched_lineage_loses_the_lock_file_its_holder_made(tmp_path: Path) -> None:
+    git_dir = tmp_path / "theta.git"
+    git_dir.mkdir()  # the lineage exists (another instrument's, say)
+    with LineageLock("theta", git_dir, timeout=1, places=(git_dir,)) as lock:
+        lock.untouched = True
+    assert not lock_path(git_dir).exists()
+
+
+def test_a_lock_file_that_was_there_before_stays(tmp_path: Path) -> None:
+    git_dir = tmp_path / "iota.git"
+    git_dir.mkdir()
+    lock_path(git_dir).write_text("")
+    with LineageLock("iota", git_dir, timeout=1, places=(git_dir,)) as lock:
+        lock.untouched = True
+    assert lock_path(git_dir).exists()
+
+
+def test_a_touched_lineage_keeps_its_lock_file(tmp_path: Path) -> None:
+    git_dir = tmp_path / "kappa.git"
+    git_dir.mkdir()
+    with LineageLock("kappa", git_dir, timeout=1, places=(git_dir,)):
+        pass
+    assert lock_path(git_dir).exists()
