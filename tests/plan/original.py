@@ -7,10 +7,12 @@ that instrument's worktree tooling makes them.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Any
 
 from reconciler.kernel.config import Identity, LineagePaths
-from tests.observe.builder import LineageBuilder
+from tests.observe.builder import SEED_ORGANISM, LineageBuilder
 
 __all__ = ["CALL", "ORIGINAL", "folder_paths", "peer"]
 
@@ -30,9 +32,17 @@ def folder_paths(root: Path, name: str, *, branch: str | None = None) -> Lineage
                         branch, f"observations/{branch}")
 
 
+class _Sound(LineageBuilder):
+    """Metadata whose seed digest is the seed's, so that ``ouro verify`` finds it consistent."""
+
+    def lineage_metadata(self) -> dict[str, Any]:
+        return {**super().lineage_metadata(),
+                "seed_sha256": hashlib.sha256(SEED_ORGANISM).hexdigest()}
+
+
 def peer(root: Path, *, identity: Identity = ORIGINAL, name: str = "peer") -> LineageBuilder:
     """Three generations (no-change, died, changed), two of them with a paid model call."""
-    builder = LineageBuilder(root, identity=identity, paths=folder_paths(root, name))
+    builder = _Sound(root, identity=identity, paths=folder_paths(root, name))
     builder.gen(calls=[CALL])
     builder.external_edit()
     builder.gen("died", calls=[CALL])

@@ -190,3 +190,15 @@ def test_the_shared_fixture_with_unset_branches(
     (status,) = json.loads(out)["lineages"]
     assert (status["generations"], status["outcomes"]["died"]) == (5, 1)
     assert status["death_kinds"] and sum(status["death_kinds"].values()) == 1
+
+
+def test_verify_audits_the_branches_the_lineage_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    peer(tmp_path)
+    specs = write_specs(tmp_path / "specs", spec_yaml(
+        "peer", folder_paths(tmp_path, "peer"), generations=1, provider="echo", model="echo",
+        branches=False))
+    code, out = run(monkeypatch, capsys, "verify", specs)
+    assert code == 0, out
+    assert "peer: consistent (3 generations, 3 observations)" in out
