@@ -224,7 +224,7 @@ class Engine:
                         message=current.message,
                         reasons=[r.reason for r in current.refusals],
                     )
-                    return self._finish(spec, result)
+                    return self._finish(spec, result, current)
                 if planned.action == "refuse" and current.pending:
                     # Refused when planned, runnable now: another apply was at work on it.
                     # Its spend was never shown or checked against --max-spend: plan again.
@@ -233,12 +233,12 @@ class Engine:
                         f"(now: {current.message}); run apply again to continue it"
                     )
                     lock.untouched = result.recovered is None
-                    return self._finish(spec, result)
+                    return self._finish(spec, result, current)
                 # (a missing key or replay folder was refused by the plan, before creating)
                 api_key = preflight.api_key(spec.model())
                 if current.action == "create":
                     if not self.limits.may_continue():
-                        return self._finish(spec, result)
+                        return self._finish(spec, result, current)
                     for attempt in _retrying():
                         with attempt:
                             lineage.init_lineage(paths, self.identity)
@@ -310,10 +310,13 @@ class Engine:
             if self.limits.cancel.is_set():
                 return
 
-    def _finish(self, spec: LoadedSpec, result: LineageResult) -> LineageResult:
+    def _finish(self, spec: LoadedSpec, result: LineageResult,
+                unchanged: LineagePlan | None = None) -> LineageResult:
+        """Where the lineage is now: ``unchanged`` when it is the plan made under the lock and
+        nothing was written since (no observe again), else observed and planned afresh."""
         try:
-            final = plan_lineage(spec, observe(spec_paths(spec)), self.identity,
-                                 preflight=provider_problem)
+            final = unchanged or plan_lineage(spec, observe(spec_paths(spec)), self.identity,
+                                              preflight=provider_problem)
             result.final_action = final.action
             result.final_generations = final.observed_generations
         except OuroError as error:
