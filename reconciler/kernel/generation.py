@@ -242,6 +242,13 @@ def _checked_out(repo: pygit2.Repository, branch: str, place: Path) -> None:
 
 
 def _inspect(paths: LineagePaths, identity: Identity) -> _State:
+    """The preflight's reads, in the order a refusal is reported (``DriftError`` or
+    ``RecoveryError``); nothing is written.
+
+    Longer than 80 lines because each check is a paragraph with its own message and
+    remedy, and their order is the rule (branches, physics, metadata, observations,
+    leftovers); split, the order would be spread over several functions.
+    """
     lineage = publish.open_lineage(paths)
     observations = publish.open_observations(paths)
     head = publish.branch_head(lineage, paths.branch)
@@ -577,6 +584,10 @@ def run_generation(
     was set while the organism ran; the attempt was discarded (its spend recorded).
     Any other failure after the intent marker was written is settled by
     ``recovery.recover`` before it propagates.
+
+    Longer than 80 lines because it is the transaction's first half (preflight, the
+    attempt's parts, the marker) written in the order it happens, with the one
+    ``except`` that undoes everything before the marker exists.
     """
     clock = time.monotonic()
     started_at = _now()
@@ -691,7 +702,12 @@ class _Attempt:
 
 
 def _run(attempt: _Attempt) -> GenerationOutcome:
-    """Steps 3-8 of the transaction (the module's docstring)."""
+    """Steps 3-8 of the transaction (the module's docstring).
+
+    Longer than 80 lines because the steps and their kill points read top to bottom
+    in publication order, which is the crash-safety argument; split, the order would
+    be harder to check against ``recovery``.
+    """
     paths, state, head, n = attempt.paths, attempt.state, attempt.head, attempt.generation
     parts, runtime, hook, cancel = attempt.parts, attempt.runtime, attempt.hook, attempt.cancel
     ceilings = attempt.ceilings

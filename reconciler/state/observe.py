@@ -789,7 +789,13 @@ def _dirty(paths: LineagePaths, lin: _LineageRead, problems: _Problems) -> tuple
 
 
 def observe(paths: LineagePaths) -> Observed:
-    """Read a lineage's three places. Never raises for a damaged lineage: it reports."""
+    """Read a lineage's three places. Never raises for a damaged lineage: it reports.
+
+    Longer than 80 lines because it is one pass over the three places in a fixed
+    order (the fast check, else the full walk; the root, leftovers, the worktree),
+    sharing what each step read, under the one ``except`` that turns a damaged
+    repository into a reported problem.
+    """
     problems = _Problems()
     worktree_exists = _exists(paths.worktree)
     git_dir_exists = _exists(paths.git_dir)
