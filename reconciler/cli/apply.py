@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, StateDir
+from reconciler.cli.options import Json, Select, StateDir
 from reconciler.errors import ApplyError
 
 if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
@@ -88,9 +88,7 @@ def apply_command(
             "--max-spend", help="refuse the whole apply if its worst-case spend is above this (USD)"
         ),
     ] = None,
-    select: Annotated[
-        list[str] | None, typer.Option("--select", help="only these lineages (repeatable)")
-    ] = None,
+    select: Select = None,
     deadline: Annotated[
         str | None,
         typer.Option("--deadline", help="start no generation after this long (e.g. 30m)"),

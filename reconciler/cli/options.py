@@ -19,3 +19,23 @@ StateDir = Annotated[
                  "else the XDG data home's ouro/lineages)"),
 ]
 Json = Annotated[bool, typer.Option("--json", help="print a versioned JSON document on stdout")]
+
+
+def _selectors(values: list[str] | None) -> list[str] | None:
+    """A value neither a lineage name nor a label selector is a usage error (exit 2)."""
+    from reconciler.spec.select import SelectorError, parse
+
+    for value in values or ():
+        try:
+            parse(value)
+        except SelectorError as error:
+            raise typer.BadParameter(str(error).removeprefix(f"--select {value!r}: ")) from None
+    return values
+
+
+Select = Annotated[
+    list[str] | None,
+    typer.Option("--select", "-l", callback=_selectors,
+                 help="only these lineages: a name, or a label selector as in kubectl "
+                 "(team=evo,model!=gpt; 'tier in (a,b)'); repeatable, any may match"),
+]

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler.cli.options import Json, SpecPaths, StateDir
+from reconciler.cli.options import Json, Select, SpecPaths, StateDir
 from reconciler.errors import OuroError
 
 
@@ -23,6 +23,7 @@ def plan_command(
     = False,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="save the plan for apply")]
     = None,
+    select: Select = None,
     state_dir: StateDir = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
@@ -30,14 +31,20 @@ def plan_command(
     from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan
     from reconciler.spec.load import load_specs
+    from reconciler.spec.select import SelectorError, parse
+    from reconciler.spec.select import select as choose
     from reconciler.state import instrument
     from reconciler.state.branches import spec_paths
     from reconciler.state.observe import observe
     from reconciler.state.preflight import provider_problem
 
-    if as_json and markdown:
-        raise OuroError("ouro plan: --json and --markdown cannot be used together")
-    specs = load_specs(paths, state_dir=state_dir)
+    if as_json and markdown:  # a usage error: exit 2 with the usage line
+        raise typer.BadParameter("--json and --markdown cannot be used together",
+                                 param_hint="--markdown")
+    try:
+        specs = choose(load_specs(paths, state_dir=state_dir), [parse(s) for s in select or ()])
+    except SelectorError as error:
+        raise OuroError(f"ouro plan: {error}") from None
     identity = instrument.current()
     plan = make_plan([(spec, observe(spec_paths(spec))) for spec in specs], identity,
                      preflight=provider_problem)

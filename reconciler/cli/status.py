@@ -1,32 +1,77 @@
-"""CLI: `ouro status`: what each lineage is now. Reads only."""
+"""CLI: `ouro status`: what each lineage is now, and where it lives. Reads only.
+
+With specs: their lineages. Without: every lineage found in the state dir
+(``--state-dir``, else the default), like ``terraform state list``.
+"""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, SpecPaths, StateDir
+from reconciler.cli.options import Json, Select, StateDir
+from reconciler.errors import OuroError
+
+if TYPE_CHECKING:
+    from reconciler.kernel.config import LineagePaths
 
 
-def status_command(paths: SpecPaths, as_json: Json = False, state_dir: StateDir = None) -> None:
-    """What each lineage is now: generations, outcomes, deaths, spend, journal, heads."""
+def status_command(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="spec files or folders (every *.yaml / *.yml under them); "
+                       "none: every lineage in the state dir", show_default=False),
+    ] = None,
+    as_json: Json = False,
+    select: Select = None,
+    state_dir: StateDir = None,
+) -> None:
+    """What each lineage is now: generations, outcomes, deaths, spend, journal, heads,
+    labels, where it lives, and whether another apply is running it."""
     from reconciler.report.render import StatusLine, print_status, status_json
-    from reconciler.spec.load import load_specs
-    from reconciler.state.branches import spec_paths
-    from reconciler.state.fleet import summary_cache_dir
+    from reconciler.spec.select import SelectorError, parse
+    from reconciler.spec.select import select as choose
+    from reconciler.state.fleet import fleet, summary_cache_dir
     from reconciler.state.observe import observe, read_status
 
-    specs = load_specs(paths, state_dir=state_dir)
+    if paths:
+        from reconciler.spec.load import load_specs
+        from reconciler.state.branches import spec_paths
+
+        found = [_Named(spec.name, spec_paths(spec), spec.labels)
+                 for spec in load_specs(paths, state_dir=state_dir)]
+    else:
+        found = [_Named(item.name, item.paths, {}) for item in fleet([], state_dir)]
+    try:
+        found = choose(found, [parse(text) for text in select or ()])
+    except SelectorError as error:
+        raise OuroError(f"ouro status: {error}") from None
     cache = summary_cache_dir(state_dir)
     lines = []
-    for spec in specs:
-        lineage = spec_paths(spec)
-        lines.append(StatusLine(spec.name, read_status(lineage, observe(lineage), cache)))
+    for named in found:
+        observed = observe(named.paths)
+        lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
+                                paths=named.paths, labels=named.labels,
+                                running=observed.running))
     if as_json:
         sys.stdout.write(status_json(lines))
-    else:
+    elif lines:
         print_status(lines)
+    else:
+        print("ouro status: no lineages", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A lineage, with the labels its spec gives it (none without a spec)."""
+
+    name: str
+    paths: LineagePaths
+    labels: dict[str, str]
 
 
 def register(app: typer.Typer) -> None:

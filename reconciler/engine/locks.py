@@ -5,7 +5,8 @@ that it exists before the lineage does (a ``create`` is locked too). The kernel
 drops an ``flock`` when its holder dies, so a lock left by a killed apply is
 simply free again: taking it over needs no guesswork. The holder writes who it
 is (pid, host, start time, command) into ``<git dir>.ouro-lock.json`` so that a
-waiting apply can name it.
+waiting apply can name it (those names, and the read-only probe with which plan and
+status name the holder, live in ``reconciler.state.holders``).
 
 An apply that created nothing (refused, or stopped before the birth) leaves
 nothing behind: on release, while still holding the lock, it removes the lock
@@ -27,51 +28,14 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
 from reconciler.errors import LockError
+from reconciler.state.holders import Holder, holder_path, lock_path, read_holder
 
-
-@dataclass(frozen=True)
-class Holder:
-    pid: int | None
-    host: str | None
-    started_at: str | None
-    command: str | None
-
-    def describe(self) -> str:
-        if self.pid is None:
-            return "an unknown process (no holder record)"
-        return f"pid {self.pid} on {self.host or '?'} since {self.started_at or '?'}"
-
-
-def lock_path(git_dir: Path) -> Path:
-    return git_dir.with_name(git_dir.name + ".ouro-lock")
-
-
-def holder_path(git_dir: Path) -> Path:
-    return git_dir.with_name(git_dir.name + ".ouro-lock.json")
-
-
-def read_holder(git_dir: Path) -> Holder:
-    try:
-        data = json.loads(holder_path(git_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Holder(None, None, None, None)
-    if not isinstance(data, dict):
-        return Holder(None, None, None, None)
-
-    def text(key: str) -> str | None:
-        value = data.get(key)
-        return value if isinstance(value, str) else None
-
-    pid = data.get("pid")
-    return Holder(
-        pid if isinstance(pid, int) else None, text("host"), text("started_at"), text("command")
-    )
+__all__ = ["Holder", "LineageLock", "holder_path", "lock_path", "read_holder"]
 
 
 _POLL_FIRST, _POLL_MAX = 0.01, 0.25  # seconds between attempts on a held lock

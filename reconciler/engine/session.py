@@ -54,7 +54,7 @@ class ApplyRequest:
 
     paths: tuple[Path, ...]  # spec files or folders, or one saved plan (*.json)
     state_dir: Path | None = None
-    select: tuple[str, ...] = ()  # only these lineages; empty: all
+    select: tuple[str, ...] = ()  # names or label selectors (spec.select); empty: all
     parallel: int | None = None  # lineages at once; None: what cores and quotas allow
     max_spend: Decimal | None = None  # refuse the whole apply above this worst case
     deadline_seconds: float | None = None  # start no generation after this long
@@ -138,15 +138,14 @@ def _load_for_plan_file(plan_path: Path, state_dir: Path | None
 
 
 def _selected(specs: list[LoadedSpec], select: Sequence[str]) -> list[LoadedSpec]:
-    if not select:
-        return specs
-    unknown = sorted(set(select) - {s.name for s in specs})
-    if unknown:
-        raise ApplyError(
-            f"ouro apply: --select {', '.join(unknown)}: no such lineage in "
-            f"the specs (known: {', '.join(s.name for s in specs) or 'none'})"
-        )
-    return [s for s in specs if s.name in select]
+    """The specs --select names or whose labels it selects (reconciler.spec.select)."""
+    from reconciler.spec.select import SelectorError, parse
+    from reconciler.spec.select import select as choose
+
+    try:
+        return choose(specs, [parse(text) for text in select])
+    except SelectorError as error:
+        raise ApplyError(f"ouro apply: {error}") from None
 
 
 def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:

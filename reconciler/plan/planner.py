@@ -176,6 +176,9 @@ class LineagePlan:
     # Every reason a refused lineage is refused for, in a stable order; the first is
     # ``reason`` / ``message``.
     refusals: tuple[Refusal, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # the spec's metadata.labels
+    # "running in apply pid N on HOST, generation K" while another apply holds it
+    running: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -413,7 +416,12 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     model = spec.model()
     heads = {"lineage": observed.lineage_head, "observation": observed.observation_head}
     notes: list[str] = []
-    if observed.dirty:
+    # Optional on the observed state and the spec (Protocols stay minimal for fakes).
+    running: str | None = getattr(observed, "running", None)
+    labels = dict(getattr(spec, "labels", None) or {})
+    if running:  # its worktree and leftovers are that apply's work in progress
+        notes.append(f"{running}: apply waits for it (--lock-timeout), then plans again")
+    elif observed.dirty:
         shown = ", ".join(observed.dirty_paths[:5])
         notes.append(f"uncommitted edits in the worktree ({shown}): apply commits them "
                      "as `external edit` before the next generation")
@@ -432,6 +440,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             interrupted=observed.interrupted.kind if observed.interrupted else None,
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
+            labels=labels, running=running,
         )
 
     problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
@@ -451,9 +460,9 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     if observed.interrupted is not None:
         after = have + (1 if observed.interrupted.kind == "roll-forward" else 0)
         missing = max(0, desired - after)
+        now = running or observed.interrupted.detail  # another apply's work is no leftover
         return result(
-            "recover",
-            f"lineage {name}: {observed.interrupted.detail}; then {missing} more generation(s)",
+            "recover", f"lineage {name}: {now}; then {missing} more generation(s)",
             missing=missing,
         )
     if have < desired:

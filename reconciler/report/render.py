@@ -9,11 +9,12 @@ may be added, never renamed or dropped, without bumping it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
+from reconciler.kernel.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.state.observe import StatusReport
 
@@ -70,6 +71,10 @@ def _numbers(item: LineagePlan) -> str:
     return f"{item.observed_generations}/{item.desired_generations} generations"
 
 
+def _labels(labels: Mapping[str, str]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
 def _change_text(change: Change) -> str:
     return f"{change.field}: {change.observed!r} -> {change.desired!r}"
 
@@ -86,6 +91,8 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
         action = item.action + (f" ({item.reason})" if item.reason else "")
         lines.append((f"  {marker} {item.name:<{width}}  {action:<12}  {_numbers(item)}",
                       _STYLES[item.action]))
+        if item.labels:
+            lines.append((f"      labels: {_labels(item.labels)}", "dim"))
         if item.refusals:
             for refusal in item.refusals:
                 lines.append((f"      {refusal.reason}: {refusal.message}", None))
@@ -142,6 +149,8 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "interrupted": item.interrupted,
         "notes": list(item.notes),
         "spec_sha256": item.spec_sha256,
+        "labels": dict(sorted(item.labels.items())),
+        "running": item.running,
     }
 
 
@@ -214,6 +223,15 @@ def plan_markdown(plan: Plan) -> str:
 class StatusLine:
     name: str
     report: StatusReport
+    paths: LineagePaths | None = None  # where it lives
+    labels: Mapping[str, str] = field(default_factory=dict)
+    running: str | None = None  # "running in apply pid N on HOST, generation K"
+
+    def places(self) -> dict[str, str] | None:
+        if self.paths is None:
+            return None
+        return {"worktree": str(self.paths.worktree), "git_dir": str(self.paths.git_dir),
+                "observations": str(self.paths.observations)}
 
 
 def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
@@ -232,6 +250,9 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "heads": {"lineage": line.report.lineage_head,
                           "observation": line.report.observation_head},
                 "problems": list(line.report.problems),
+                "labels": dict(sorted(line.labels.items())),
+                "places": line.places(),
+                "running": line.running,
             }
             for line in lines
         ],
@@ -250,6 +271,15 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
         console.print(_escape(f"{line.name}: {report.generations} generations ({outcomes})"),
                       style="bold")
+        if line.running:
+            console.print(_escape(f"  {line.running}"), style="yellow")
+        if line.labels:
+            console.print(_escape(f"  labels: {_labels(line.labels)}"))
+        places = line.places()
+        if places is not None:
+            console.print(_escape(f"  worktree: {places['worktree']}"))
+            console.print(_escape(f"  git dir: {places['git_dir']}"))
+            console.print(_escape(f"  observations: {places['observations']}"))
         if deaths:
             console.print(_escape(f"  deaths: {deaths}"))
         console.print(_escape(f"  accounted model spend: ${report.accounted_usd}"))

@@ -76,6 +76,10 @@ class LoadedSpec:
     declared_observation_branch: str | None = None
 
     @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.spec.metadata.labels)
+
+    @property
     def name(self) -> str:
         return self.spec.metadata.name
 

@@ -37,6 +37,7 @@ from reconciler.kernel.config import (
     LineagePaths,
 )
 from reconciler.state.branches import Recorded, recorded_branches
+from reconciler.state.holders import Holder, held_by
 
 __all__ = [
     "INTENT_MARKER",
@@ -123,6 +124,15 @@ class Observed:
     # The branches read: ``paths``' own, or (when the spec names a branch that does not
     # exist) the ones holding the lineage, so that a refused lineage still shows itself.
     branches_read: dict[str, str | None] = field(default_factory=dict)
+    held_by: Holder | None = None  # another process holds the lineage's apply lock
+
+    @property
+    def running(self) -> str | None:
+        """"running in apply pid N on HOST, generation K" while another apply holds it."""
+        if self.held_by is None:
+            return None
+        interrupted = self.interrupted.generation if self.interrupted is not None else None
+        return self.held_by.running(interrupted or self.generations + 1)
 
     @property
     def any_exists(self) -> bool:
@@ -886,6 +896,7 @@ def observe(paths: LineagePaths) -> Observed:
         full_walk=full_walk,
         branches_read={"lineage": lin.branch if lin.head is not None else None,
                        "observation": obs.branch if obs.head is not None else None},
+        held_by=held_by(paths.git_dir),
     )
 
 

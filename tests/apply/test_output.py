@@ -101,3 +101,42 @@ def test_every_json_document_has_format_version_and_kind(tmp_path: Path,
         kinds[command[0]] = document["kind"]
     assert kinds == {"plan": "ouro-plan", "apply": "ouro-apply", "status": "ouro-status",
                      "verify": "ouro-verify"}
+
+
+def test_plan_and_status_name_the_apply_running_a_lineage(tmp_path: Path,
+                                                          env: dict[str, str]) -> None:
+    import socket
+    import time
+    from dataclasses import replace
+
+    from tests.apply.helpers import QUIET_BODY, ouro_argv
+    from tests.fakes.provider_server import FakeProvider, chat_ok, script
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    with FakeProvider(script(replace(chat_ok(QUIET_BODY, 100, 50), delay=6.0))) as fake:
+        write_spec(specs, "kappa", 2, provider="openai-compatible", extra_model=f"""
+            name: local-test
+            base_url: {fake.url}/v1
+            price: {{input_usd_per_mtok: "1.00", output_usd_per_mtok: "2.00"}}
+        """)
+        running = subprocess.Popen(ouro_argv("apply", "--yes", str(specs)), cwd=REPO_ROOT,
+                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not fake.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert fake.requests, "the apply never asked the model"
+            expected = f"running in apply pid {running.pid} on {socket.gethostname()}, generation 1"
+            plan = run_ouro("plan", str(specs), env=env)
+            status = run_ouro("status", str(specs), env=env)
+            document = json.loads(run_ouro("plan", "--json", str(specs), env=env).stdout)
+        finally:
+            out, err = running.communicate(timeout=120)
+    assert running.returncode == 0, out + err
+    assert expected in plan.stdout, plan.stdout
+    assert "discards it" not in plan.stdout and "interrupted" not in plan.stdout
+    assert f"  {expected}" in status.stdout, status.stdout
+    assert document["lineages"][0]["running"] == expected
+    assert_invariant(lineage_paths(tmp_path / "state", "kappa"), 2)

@@ -99,7 +99,7 @@ def test_json_and_markdown_are_exclusive(
     specs = write_specs(tmp_path / "specs", spec_yaml("x", lineage_paths(tmp_path, "x"),
                                                       generations=1))
     code, _, err = run(monkeypatch, capsys, "plan", specs, "--json", "--markdown")
-    assert code == 1 and "cannot be used together" in err
+    assert code == 2 and "cannot be used together" in err  # a usage error
 
 
 def _fleet(tmp_path: Path) -> tuple[Path, list[LineagePaths]]:
