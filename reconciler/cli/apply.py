@@ -32,7 +32,9 @@ def _money(text: str | None) -> Decimal | None:
     except InvalidOperation:
         value = Decimal("NaN")
     if not value.is_finite() or value < 0:
-        raise ApplyError(f"ouro apply: --max-spend {text!r} is not an amount of USD (e.g. 2.50)")
+        # a bad value is a usage error: exit 2 with the usage line
+        raise typer.BadParameter(f"{text!r} is not an amount of USD (e.g. 2.50)",
+                                 param_hint="--max-spend")
     return value
 
 
@@ -44,7 +46,8 @@ def _duration(text: str | None) -> float | None:
     try:
         return float(parse_duration(text))
     except (ValueError, TypeError) as error:
-        raise ApplyError(f"ouro apply: --deadline {text!r}: {error} (e.g. 90s, 10m, 2h)") from error
+        raise typer.BadParameter(f"{text!r}: {error} (e.g. 90s, 10m, 2h)",
+                                 param_hint="--deadline") from error
 
 
 class _Terminal:
