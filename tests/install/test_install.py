@@ -31,9 +31,18 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _requirements(extra: str | None = None) -> list[Requirement]:
+    """The requirements of ouro (extra None) or of one extra, `ouro[other]` expanded."""
     project = PYPROJECT["project"]
     texts = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
-    return [Requirement(text) for text in texts]
+    found: list[Requirement] = []
+    for text in texts:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == canonicalize_name(project["name"]):
+            for other in sorted(requirement.extras):
+                found.extend(_requirements(other))
+        else:
+            found.append(requirement)
+    return found
 
 
 def _pins() -> dict[str, str]:
