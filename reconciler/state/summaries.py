@@ -108,6 +108,7 @@ class LineageSummary:
     trailing_edits: int  # non-generation commits after the newest generation
     problems: tuple[str, ...] = ()
     from_cache: bool = False
+    sized: bool = True  # organism sizes were derived (status alone skips them)
 
     @property
     def generations(self) -> int:
@@ -255,28 +256,48 @@ def _organism_bytes(repo: pygit2.Repository, commit: pygit2.Commit) -> int | Non
     return int(size) if kind == pygit2.enums.ObjectType.BLOB else None
 
 
+def _size(repo: pygit2.Repository, commit: pygit2.Commit, row: GenerationRow,
+          previous: GenerationRow | None) -> int | None:
+    """organism.el's size at the row's commit. Read from the tree only when it may have
+    changed: a generation that changed nothing of it, right after the previous
+    generation (no commit between), has the previous generation's size."""
+    unchanged = (row.organism_added == 0 and row.organism_deleted == 0
+                 and previous is not None and not row.external_edits_before
+                 and bool(commit.parent_ids)
+                 and str(commit.parent_ids[0]) == previous.lineage_commit)
+    if unchanged and previous is not None:
+        return previous.organism_bytes
+    return _organism_bytes(repo, commit)
+
+
 def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, number: int,
-                edits_before: int, previous: GenerationRow | None) -> GenerationRow:
-    """The commit's part of a row. The organism's size is read from the tree only when
-    organism.el may have changed: a generation that changed nothing of it, right after
-    the previous generation (no commit between), has the previous generation's size."""
+                edits_before: int, previous: GenerationRow | None, sized: bool) -> GenerationRow:
+    """The commit's part of a row (the organism's size only when ``sized``)."""
     subject = _subject(commit)
     parsed = formats.parse_generation_subject(subject)
     added, deleted, paths = _diffstat(subject)
-    unchanged = (added == 0 and deleted == 0 and previous is not None and not edits_before
-                 and bool(commit.parent_ids)
-                 and str(commit.parent_ids[0]) == previous.lineage_commit)
-    size = previous.organism_bytes if unchanged and previous is not None else (
-        _organism_bytes(repo, commit))
-    return GenerationRow(
+    row = GenerationRow(
         generation=number, status=parsed.status if parsed else None, outcome=None,
         death_cause=None, exit_status=None, model_failure=None,
-        organism_bytes=size, organism_added=added,
+        organism_bytes=None, organism_added=added,
         organism_deleted=deleted, paths_changed=paths, model_calls=None, tokens_in=None,
         tokens_out=None, spend_usd=None, cpu_seconds=None, memory_peak_bytes=None,
         wall_seconds=None, started_at=None, external_edits_before=edits_before,
         provider=None, model=None, lineage_commit=str(commit.id), observed=False,
     )
+    return replace(row, organism_bytes=_size(repo, commit, row, previous)) if sized else row
+
+
+def _with_sizes(repo: pygit2.Repository, rows: Sequence[GenerationRow]) -> list[GenerationRow]:
+    """Rows derived without sizes (for status), given their organism sizes."""
+    sized: list[GenerationRow] = []
+    for row in rows:
+        commit = repo.get(row.lineage_commit)
+        if not isinstance(commit, pygit2.Commit):
+            raise KeyError(row.lineage_commit)
+        size = _size(repo, commit, row, sized[-1] if sized else None)
+        sized.append(replace(row, organism_bytes=size))
+    return sized
 
 
 # ---------------------------------------------------------------- repositories
@@ -308,17 +329,15 @@ def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[py
     while commit is not None and commit.id not in seen:
         seen.add(commit.id)
         yield commit
-        if not commit.parent_ids:
-            return
-        parent = repo.get(commit.parent_ids[0])
-        commit = parent if isinstance(parent, pygit2.Commit) else None
+        parents = commit.parents
+        commit = parents[0] if parents else None
 
 
 def _json_of(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
     blob = repo.get(oid)
     if not isinstance(blob, pygit2.Blob):
         raise ValueError("not a file")
-    return json.loads(bytes(blob.data).decode("utf-8"))
+    return json.loads(blob.data)  # UTF-8 bytes: json decodes them
 
 
 def _subtree(repo: pygit2.Repository, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
@@ -329,13 +348,13 @@ def _subtree(repo: pygit2.Repository, tree: pygit2.Tree, name: str) -> pygit2.Tr
     return sub if isinstance(sub, pygit2.Tree) else None
 
 
-def _observation(repo: pygit2.Repository, folder: pygit2.Tree | None,
+def _observation(repo: pygit2.Repository, folder: Mapping[str, pygit2.Oid],
                  number: int, problems: list[str]) -> dict[str, Any] | None:
     name = formats.observation_path(number).split("/", 1)[1]
-    if folder is None or name not in folder:
+    if name not in folder:
         return None
     try:
-        record = _json_of(repo, folder[name].id)
+        record = _json_of(repo, folder[name])
     except (ValueError, UnicodeDecodeError):
         problems.append(f"{formats.GENERATIONS_DIR}/{name} is unreadable")
         return None
@@ -422,7 +441,7 @@ def _header_of(summary: LineageSummary, key: str, rows_sha256: str) -> dict[str,
         "outcomes": summary.outcomes, "death_kinds": summary.death_kinds,
         "model_failures": summary.model_failures, "spend_usd": str(summary.spend_usd),
         "last_commit": summary.rows[-1].lineage_commit if summary.rows else None,
-        "rows_sha256": rows_sha256,
+        "rows_sha256": rows_sha256, "sized": summary.sized,
     }
     header["sha256"] = _digest(header)
     return header
@@ -482,6 +501,7 @@ def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary |
             interrupted_usd=str(header["interrupted_usd"]),
             journal_heading=header["journal_heading"],
             trailing_edits=int(header["trailing_edits"]), from_cache=True,
+            sized=header["sized"] is True,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
         return None
@@ -594,15 +614,19 @@ def totals(paths: LineagePaths, cache_dir: Path | None = None) -> Totals:
     cached = _load_totals(cache_dir, paths)
     if cached is not None and (cached.lineage_head, cached.observation_head) == heads(paths):
         return cached
-    return totals_of(summarize(paths, cache_dir))
+    return totals_of(_guarded(paths, cache_dir, sized=False))
 
 
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:
     """The lineage's rows and totals: from the cache when its heads are today's, extended
     incrementally when today's history continues it, rebuilt otherwise. Never raises for
     a damaged lineage: what cannot be read becomes a problem (and is not cached)."""
+    return _guarded(paths, cache_dir, sized=True)
+
+
+def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool) -> LineageSummary:
     try:
-        return _summarize(paths, cache_dir)
+        return _summarize(paths, cache_dir, sized)
     except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,
             IndexError) as error:
         return LineageSummary(
@@ -613,42 +637,51 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
         )
 
 
-def _summarize(paths: LineagePaths, cache_dir: Path | None) -> LineageSummary:
+def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool) -> LineageSummary:
+    """See ``summarize``. ``sized``: derive organism sizes (status does not need them;
+    a cache without them is completed, not rebuilt, when rows are asked for)."""
     repo = _open(paths.git_dir, _BARE)
     head = _head(repo, paths.branch)
     obs_repo = _open(paths.observations, _NO_SEARCH)
     obs_head = _head(obs_repo, paths.observation_branch)
     heads = (str(head.id) if head else None, str(obs_head.id) if obs_head else None)
     cached = _load_cache(cache_dir, paths)
-    if cached is not None and (cached.lineage_head, cached.observation_head) == heads:
+    fresh = cached is not None and (cached.lineage_head, cached.observation_head) == heads
+    if cached is not None and fresh and (cached.sized or not sized):
         return cached
     if repo is None or head is None:
         return LineageSummary(paths.name, (), None, heads[1], "0", None, 0)
     problems: list[str] = []
     walk = _walk(repo, head, cached)
-    base: tuple[GenerationRow, ...] = ()
+    base: list[GenerationRow] = []
     if cached is not None and _resumable(repo, cached, walk, obs_repo, obs_head):
-        base = cached.rows
+        base = list(cached.rows)
+        sized = sized or cached.sized  # a sized cache stays sized
+        if sized and not cached.sized:
+            base = _with_sizes(repo, base)
     elif walk.resumed:  # the cache does not continue into today's history: start over
         walk = _walk(repo, head, None)
     rows = list(base)
     for commit, edits in zip(walk.new, walk.edits, strict=True):
-        rows.append(_commit_row(repo, commit, len(rows) + 1, edits, rows[-1] if rows else None))
+        rows.append(_commit_row(repo, commit, len(rows) + 1, edits, rows[-1] if rows else None,
+                                sized))
     interrupted = Decimal(0)
     if obs_repo is not None and obs_head is not None:
-        folder = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)
+        tree = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)
+        folder = {str(entry.name): entry.id for entry in tree} if tree is not None else {}
         for index, row in enumerate(rows):
             if row.observed and index < len(base):
                 continue  # observations are append-only (the cached head is an ancestor)
             record = _observation(obs_repo, folder, row.generation, problems)
-            rows[index] = replace(row, **_observation_fields(record))
+            if record is not None:
+                rows[index] = replace(row, **_observation_fields(record))
         interrupted = _interrupted_usd(obs_repo, obs_head.tree, problems)
     journal = (cached.journal_heading if cached is not None and heads[0] == cached.lineage_head
                else _journal_heading(repo, head))
     summary = LineageSummary(
         name=paths.name, rows=tuple(rows), lineage_head=heads[0], observation_head=heads[1],
         interrupted_usd=str(interrupted), journal_heading=journal,
-        trailing_edits=walk.trailing, problems=tuple(problems),
+        trailing_edits=walk.trailing, problems=tuple(problems), sized=sized,
     )
     _store_cache(cache_dir, paths, summary)
     return summary

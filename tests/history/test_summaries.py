@@ -177,3 +177,23 @@ def test_no_observations_at_all(sample_lineage: Path) -> None:
     summary = summarize(paths)
     assert summary.generations > 0 and not any(row.observed for row in summary.rows)
     assert all(row.spend_usd is None for row in summary.rows)
+
+
+def test_status_skips_sizes_and_rows_complete_them(tmp_path: Path) -> None:
+    """Status (totals) derives no organism sizes; log then completes the same cache."""
+    builder = _grown(tmp_path)
+    cache = tmp_path / "cache"
+    truth = summarize(builder.paths)
+    assert summaries.totals(builder.paths, cache).generations == 3
+    [path] = _cache_files(cache)
+    header, rows = _read(path)
+    assert header["sized"] is False
+    assert {row[summaries.COLUMNS.index("organism_bytes")] for row in rows} == {None}
+    builder.gen("changed")  # and the lineage grew meanwhile
+    grown = summarize(builder.paths, cache)
+    assert grown.rows == summarize(builder.paths).rows
+    assert grown.rows[:3] == truth.rows and grown.rows[0].organism_bytes
+    assert _read(path)[0]["sized"] is True
+    builder.gen("no-change")
+    assert summaries.totals(builder.paths, cache).generations == 5
+    assert _read(path)[0]["sized"] is True  # a sized cache stays sized
