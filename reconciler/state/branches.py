@@ -121,8 +121,10 @@ def recorded_branches(paths: LineagePaths) -> Recorded:
         lineage, observation = _name(record, "lineage_branch"), _name(record, "observation_branch")
         lineage_source = where if lineage else ""
         observation_source = where if observation else ""
+    if lineage is not None and observation is not None:
+        return Recorded(lineage, observation, lineage_source, observation_source)
     repo = _open(paths.git_dir, bare=True) if os.path.lexists(paths.git_dir) else None
-    if repo is not None and (lineage is None or observation is None):
+    if repo is not None:
         root = _root_metadata(repo)
         where = f"{paths.git_dir}: {METADATA_FILE} of the root commit"
         if lineage is None and _name(root, "lineage_branch"):
