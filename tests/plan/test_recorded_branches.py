@@ -202,3 +202,32 @@ def test_verify_audits_the_branches_the_lineage_records(
     code, out = run(monkeypatch, capsys, "verify", specs)
     assert code == 0, out
     assert "peer: consistent (3 generations, 3 observations)" in out
+
+
+def test_the_old_sample_bundle_is_read_on_its_own_branch(
+    sample_lineage: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An older instrument's lineage, no metadata, no observations, on branch `main`."""
+    paths = LineagePaths(sample_lineage, sample_lineage / ".git",
+                         sample_lineage.parent / "sample.observations", "main", "observations/main")
+    specs = write_specs(sample_lineage.parent / "specs", spec_yaml(
+        "sample", paths, generations=8, provider="echo", model="echo", branches=False))
+    code, out = run(monkeypatch, capsys, "plan", specs, "--json")
+    (item,) = json.loads(out)["lineages"]
+    assert code == 1
+    assert [r["reason"] for r in item["reasons"]] == ["no-metadata", "partial-paths"]
+    assert item["observed_generations"] == 5  # 5 generations among 10 commits
+
+
+def test_verify_of_the_shared_fixture_with_unset_branches(
+    original_lineage: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = original_lineage.parent
+    paths = LineagePaths(original_lineage, root / "fixture.git", root / "fixture.observations",
+                         "x", "y")
+    specs = write_specs(root / "specs", spec_yaml("fixture", paths, generations=5,
+                                                  provider="echo", model="echo",
+                                                  branches=False))
+    code, out = run(monkeypatch, capsys, "verify", specs)
+    assert code == 0, out
+    assert "fixture: consistent (5 generations, 5 observations)" in out
