@@ -57,8 +57,10 @@ Outcome = Literal["completed", "stopped", "timeout", "refused", "failed"]
 STATUSES = ("consistent", "findings", "unknown")
 
 DEFAULT_TIMEOUT = 600.0
-ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH")
-ENV_PREFIXES = ("LC_", "OURO_")
+# Exactly what the child needs: PATH, HOME (libgit2 reads the user's git config, e.g.
+# safe.directory), the locale that decides the filesystem encoding, TMPDIR and the import
+# path. No OURO_* (a spec may name its key variable OURO_...), no other LC_*.
+ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "PYTHONPATH")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 _MAX_COUNT = 10**12  # no honest count or duration is larger
 
@@ -311,7 +313,7 @@ def child_argv() -> list[str]:
 
 
 def child_env(source: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allowlist: PATH, HOME, LANG/LC_*, TMPDIR, PYTHONPATH, OURO_*; nothing else.
+    """The allowlist (``ENV_ALLOWLIST``); nothing else, whatever its prefix.
 
     ouro's own package root is put first on PYTHONPATH, so the child imports
     the same reconciler as its parent.
@@ -320,7 +322,7 @@ def child_env(source: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         key: value
         for key, value in source.items()
-        if key in ENV_ALLOWLIST or key.startswith(ENV_PREFIXES)
+        if key in ENV_ALLOWLIST
     }
     env["PYTHONPATH"] = os.pathsep.join(
         [str(PACKAGE_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]

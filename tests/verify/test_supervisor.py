@@ -247,6 +247,9 @@ def test_child_env_is_an_allowlist() -> None:
         "OUROBOROS_API_KEY": "x",
         "SSH_AUTH_SOCK": "/sock",
         "GIT_DIR": "/elsewhere",
+        "OURO_ANTHROPIC_KEY": "sk-a-spec-may-name-its-key-so",
+        "LC_MONETARY": "x",
+        "OURO_DEBUG": "1",
     }
     env = child_env(source)
     assert set(env) == {
@@ -256,8 +259,6 @@ def test_child_env_is_an_allowlist() -> None:
         "LC_ALL",
         "LC_CTYPE",
         "TMPDIR",
-        "OURO_STATE_DIR",
-        "OURO_INSTRUMENT_COMMIT",
         "PYTHONPATH",
     }
     assert env["PYTHONPATH"].endswith(":/extra")
