@@ -16,10 +16,16 @@ The archive is the runner's ``tar --format=gnu`` of /work. Two passes:
    the remaining byte budget (headers are never trusted for sizes).
 
 Paths: relative, UTF-8, no empty, ``.`` or ``..`` component (after stripping
-the leading ``./`` of tar), at most ``MAX_PATH_BYTES`` and
-``MAX_COMPONENT_BYTES`` per component; no ``.git`` component at any depth (in
-any case, and with the trailing dots/spaces some filesystems ignore); no
-kernel-owned top-level name; no duplicate; no entry below a symlink or a file.
+the leading ``./`` of tar), at most ``max_path_bytes`` (what this host can still
+open once the worktree's own prefix is added: ``path_budget``; never more than
+``MAX_PATH_BYTES``) and ``MAX_COMPONENT_BYTES`` per component; no component git
+refuses in a tree (``gitnames``: ``.git`` and its NTFS and HFS+ disguises, at any
+depth); no duplicate; no entry below a symlink or a file. Depth is bounded by the
+path's bytes only, and nothing here or in publication recurses on it.
+
+Kernel-owned top-level names (``journal.md``, ``.ouroboros-lineage.json``) written by
+the organism are dropped with everything below them, as the original instrument's
+runner deletes them before archiving: they are neither published nor counted.
 
 Symlinks (decided): the target must be relative, UTF-8, non-empty, at most
 ``MAX_PATH_BYTES``, without a ``.git`` component, and resolving it from the
@@ -35,6 +41,7 @@ bounded separately by the same number); file bytes count against
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import tarfile
 from dataclasses import dataclass
@@ -42,6 +49,7 @@ from typing import Literal
 
 from .config import KERNEL_OWNED_NAMES
 from .errors import DecoderRejection
+from .gitnames import refused
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
@@ -71,10 +79,25 @@ def _reject(message: str, path: str | None = None) -> DecoderRejection:
     return DecoderRejection(f"kernel: decoder: {message}{where}", path=path)
 
 
-def decode(archive: bytes, *, max_files: int, max_bytes: int) -> list[Entry]:
+def path_budget(worktree: str | os.PathLike[str]) -> int:
+    """Bytes a relative path may take so that ``<worktree>/<path>`` still fits this
+    host's PATH_MAX (which counts the terminating NUL), at most ``MAX_PATH_BYTES``."""
+    absolute = os.path.abspath(worktree)
+    longest = max(len(os.fsencode(absolute)), len(os.fsencode(os.path.realpath(absolute))))
+    try:
+        limit = os.pathconf(absolute, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    return max(0, min(MAX_PATH_BYTES, limit - longest - 2))
+
+
+def decode(
+    archive: bytes, *, max_files: int, max_bytes: int, max_path_bytes: int = MAX_PATH_BYTES
+) -> list[Entry]:
     """The entries of a result archive, in archive order, or ``DecoderRejection``."""
     headers = _walk(archive)
-    entries = _read(archive, headers, max_files=max_files, max_bytes=max_bytes)
+    entries = _read(archive, headers, max_files=max_files, max_bytes=max_bytes,
+                    max_path_bytes=min(max_path_bytes, MAX_PATH_BYTES))
     _check_tree(entries)
     return entries
 
@@ -155,11 +178,7 @@ def _text(raw: str, what: str) -> str:
     return raw
 
 
-def _is_git(component: str) -> bool:
-    return component.rstrip(". ").lower() == ".git"
-
-
-def _normalize(name: str) -> str | None:
+def _normalize(name: str, *, symlink: bool, max_path_bytes: int) -> str | None:
     """The validated relative path; None for the archive's root entry ``.``."""
     if name.startswith("/"):
         raise _reject("absolute path", name)
@@ -169,22 +188,24 @@ def _normalize(name: str) -> str | None:
     path = path.rstrip("/") if path not in ("", ".") else path
     if path in ("", "."):
         return None
-    if len(path.encode()) > MAX_PATH_BYTES:
-        raise _reject(f"path longer than {MAX_PATH_BYTES} bytes", name)
+    if len(path.encode()) > max_path_bytes:
+        raise _reject(
+            f"path longer than {max_path_bytes} bytes (what fits this host's PATH_MAX "
+            "below the lineage's worktree)", name)
     parts = path.split("/")
-    for part in parts:
+    for index, part in enumerate(parts):
         if part in ("", ".", ".."):
             raise _reject("empty, '.' or '..' path component", name)
         if len(part.encode()) > MAX_COMPONENT_BYTES:
             raise _reject(f"path component longer than {MAX_COMPONENT_BYTES} bytes", name)
-        if _is_git(part):
-            raise _reject("path inside a .git", name)
-    if parts[0] in KERNEL_OWNED_NAMES:
-        raise _reject("kernel-owned name", name)
+        if refused(part, symlink=symlink and index == len(parts) - 1):
+            raise _reject("a name git refuses in a tree (.git, or a disguise of it)", name)
     return path
 
 
-def _read(archive: bytes, headers: int, *, max_files: int, max_bytes: int) -> list[Entry]:
+def _read(
+    archive: bytes, headers: int, *, max_files: int, max_bytes: int, max_path_bytes: int
+) -> list[Entry]:
     entries: list[Entry] = []
     seen: dict[str, str] = {}  # path -> kind
     parents: set[str] = set()  # proper prefixes of every entry
@@ -197,11 +218,13 @@ def _read(archive: bytes, headers: int, *, max_files: int, max_bytes: int) -> li
             for member in tar:
                 members += 1
                 name = _text(member.name, "path")
-                path = _normalize(name)
+                path = _normalize(name, symlink=member.issym(), max_path_bytes=max_path_bytes)
                 if member.isdir() and path is None:
                     continue
                 if path is None:
                     raise _reject("the tree's root must be a directory", name)
+                if path.split("/", 1)[0] in KERNEL_OWNED_NAMES:
+                    continue  # the kernel's: deleted before archiving, as the original does
                 if name.endswith("/") and not member.isdir():
                     raise _reject("a name ending in '/' that is not a directory", name)
                 if path in seen:
@@ -262,7 +285,7 @@ def _link_target(member: tarfile.TarInfo, path: str) -> bytes:
         raise _reject("symlink target is absolute", path)
     if len(target.encode()) > MAX_PATH_BYTES:
         raise _reject("symlink target too long", path)
-    if any(_is_git(part) for part in target.split("/")):
+    if any(refused(part) for part in target.split("/")):
         raise _reject("symlink target names a .git", path)
     return target.encode()
 

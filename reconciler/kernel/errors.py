@@ -5,6 +5,8 @@
     │   ├── BirthError          a lineage cannot be created here (paths, branch, identity)
     │   ├── DriftError          the lineage was born under other physics
     │   ├── CeilingError        a ceiling cannot be put in force (no backend, read-back differs)
+    │   ├── DamageError         a place of the lineage is damaged (corrupt object, replaced
+    │   │                       worktree, stale lock): a refusal naming the repair
     │   └── ProviderConfigError unknown provider, missing key, no price
     ├── ConcurrentChangeError   a ref moved behind the kernel's back (compare-and-swap failed)
     ├── DecoderRejection        the result archive is not a publishable tree (a death, not an error)
@@ -39,6 +41,15 @@ class DriftError(PreflightError):
 
 class CeilingError(PreflightError):
     """No ceiling may be silently dropped: every limit must read back as set."""
+
+
+class DamageError(PreflightError):
+    """A lineage whose places are damaged is refused, never run or written through: a
+    corrupt or missing object, a worktree replaced by a symlink, a lock left behind."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ProviderConfigError(PreflightError):

@@ -29,13 +29,11 @@ import contextlib
 import io
 import json
 import os
-import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import pygit2
 from pygit2.enums import CheckoutStrategy, DiffOption
@@ -50,6 +48,8 @@ from tenacity import (
 from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
 from .errors import ConcurrentChangeError, DecoderRejection, PreflightError, RecoveryError
 from .formats import MARKER_FILE, MARKER_SCHEMA, Change
+from .gitnames import refused
+from .worktree import FileEntry, read_worktree, write_worktree
 
 __all__ = [
     "MARKER_FILE",
@@ -208,24 +208,13 @@ def _cas_once(
 # ---------------------------------------------------------------- trees
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    """One blob to place in a tree: a regular file or a symlink."""
-
-    path: str
-    kind: Literal["file", "symlink"]
-    data: bytes
-    executable: bool = False
-
-
 def _check_path(path: str) -> list[str]:
     """Defense in depth behind the decoder: a relative path with no way out of the tree."""
     parts = path.split("/")
     if (
         not path
         or path.startswith("/")
-        or any(p in ("", ".", "..") or p.rstrip(". ").casefold() == ".git" or "\0" in p
-               for p in parts)
+        or any(p in ("", ".", "..") or refused(p) or "\0" in p for p in parts)
     ):
         raise DecoderRejection(f"kernel: refusing to publish path {path!r}", path=path)
     return parts
@@ -250,20 +239,30 @@ def _insert(root: Node, parts: list[str], value: Node | tuple[pygit2.Oid, int], 
 
 
 def _write_tree(repo: pygit2.Repository, node: Node) -> pygit2.Oid | None:
-    """Write a nested node bottom-up; empty directories vanish (git has none)."""
-    builder = repo.TreeBuilder()
-    count = 0
-    for name in sorted(node):
-        value = node[name]
-        if isinstance(value, dict):
-            oid = _write_tree(repo, value)
-            if oid is None:
-                continue
-            builder.insert(name, oid, TREE)
-        else:
-            builder.insert(name, value[0], value[1])
-        count += 1
-    return builder.write() if count else None
+    """Write a nested node bottom-up; empty directories vanish (git has none). Iterative:
+    each directory is written once all its subdirectories are (depth is the tree's)."""
+    written: dict[int, pygit2.Oid | None] = {}
+    pending: list[tuple[Node, bool]] = [(node, False)]
+    while pending:
+        current, children_done = pending.pop()
+        if not children_done:
+            pending.append((current, True))
+            pending.extend((child, False) for child in current.values() if isinstance(child, dict))
+            continue
+        builder = repo.TreeBuilder()
+        count = 0
+        for name in sorted(current):
+            value = current[name]
+            if isinstance(value, dict):
+                oid = written[id(value)]
+                if oid is None:
+                    continue
+                builder.insert(name, oid, TREE)
+            else:
+                builder.insert(name, value[0], value[1])
+            count += 1
+        written[id(current)] = builder.write() if count else None
+    return written[id(node)]
 
 
 def build_tree(
@@ -288,54 +287,11 @@ def build_tree(
     return oid
 
 
-def _walk_worktree(top: Path) -> Iterator[FileEntry]:
-    """Every file and symlink under ``top``; ``.git`` entries are git's own, never content."""
-    stack: list[tuple[bytes, str]] = [(os.fsencode(top), "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as listing:
-            for item in listing:
-                try:
-                    name = item.name.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise PreflightError(
-                        f"kernel: {item.path!r} has a name that is not UTF-8: rename it"
-                    ) from exc
-                if name.casefold() == ".git":  # git's own; it never stores such a name
-                    continue
-                rel = prefix + name
-                mode = item.stat(follow_symlinks=False).st_mode
-                if stat.S_ISLNK(mode):
-                    yield FileEntry(rel, "symlink", os.readlink(item.path))
-                elif stat.S_ISDIR(mode):
-                    stack.append((item.path, rel + "/"))
-                elif stat.S_ISREG(mode):
-                    executable = bool(mode & stat.S_IXUSR)
-                    yield FileEntry(rel, "file", _read_regular(item.path), executable)
-                else:
-                    raise PreflightError(
-                        f"kernel: {rel} in the worktree is neither a file, a directory nor a "
-                        "symlink: remove it"
-                    )
-
-
-def _read_regular(path: bytes) -> bytes:
-    """A regular file's bytes; one swapped for a FIFO or symlink meanwhile is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PreflightError(f"kernel: {path!r} changed type while being read")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
-    finally:
-        os.close(fd)
-
-
 def worktree_tree(repo: pygit2.Repository, worktree: Path) -> pygit2.Oid:
     """The worktree as it is now, every file included whatever .gitignore says."""
     root: Node = {}
     try:
-        for entry in _walk_worktree(worktree):
+        for entry in read_worktree(worktree):
             mode = LINK if entry.kind == "symlink" else (EXECUTABLE if entry.executable else FILE)
             _insert(root, entry.path.split("/"), (repo.create_blob(entry.data), mode), entry.path)
     except OSError as exc:
@@ -347,15 +303,22 @@ def worktree_tree(repo: pygit2.Repository, worktree: Path) -> pygit2.Oid:
 
 
 def _blob_entries(
-    repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = ""
+    repo: pygit2.Repository, tree: pygit2.Tree
 ) -> Iterator[tuple[str, pygit2.Object, int]]:
-    for item in tree:
+    """Every entry below ``tree`` in tree order, a folder before its contents; iterative."""
+    pending: list[tuple[str, Iterator[pygit2.Object]]] = [("", iter(tree))]
+    while pending:
+        prefix, items = pending[-1]
+        item = next(items, None)
+        if item is None:
+            pending.pop()
+            continue
         path = prefix + (item.name or "")
         if item.filemode == TREE:
             yield path + "/", item, TREE
             sub = repo[item.id]
             assert isinstance(sub, pygit2.Tree)
-            yield from _blob_entries(repo, sub, path + "/")
+            pending.append((path + "/", iter(sub)))
         elif item.filemode in (FILE, EXECUTABLE, LINK):
             yield path, item, item.filemode
         # gitlinks (submodules) carry no content of this tree: skipped
@@ -518,25 +481,14 @@ def create_commit(
 def checkout_worktree(
     repo: pygit2.Repository, commit: pygit2.Commit, progress: Callable[[str], None] | None = None
 ) -> None:
-    """Make the worktree and index exactly ``commit``: untracked and ignored files go too."""
-
-    class _Progress(pygit2.CheckoutCallbacks):
-        def checkout_progress(self, path: str | None, completed: int, total: int) -> None:
-            if progress is not None and path is not None:
-                progress(path)
-
+    """Make the worktree and index exactly ``commit``, byte for byte (``worktree``):
+    untracked and ignored files go too; attributes, filters and config have no say."""
+    workdir = Path(str(repo.workdir).rstrip("/"))
     try:
-        checkout_tree(
-            repo,
-            commit.tree,
-            CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED
-            | CheckoutStrategy.REMOVE_IGNORED,
-            callbacks=_Progress() if progress is not None else None,
-        )
-        set_index(repo, commit.tree)
+        write_worktree(repo, workdir, commit.tree, progress)
     except (pygit2.GitError, OSError) as exc:
         raise RecoveryError(
-            f"kernel: rewriting the worktree {repo.workdir} to {commit.id} failed ({exc}); "
+            f"kernel: rewriting the worktree {workdir} to {commit.id} failed ({exc}); "
             "run recovery"
         ) from exc
 

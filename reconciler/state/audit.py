@@ -95,6 +95,8 @@ CODES: Mapping[str, str] = {
     "observation-invalid": "an observation's schema or field types are invalid",
     "observation-rewritten": "the observation history modifies or deletes a recorded file",
     "overspend": "a generation's accounted model spend exceeds its recorded budget",
+    "object-unreadable": "an object reachable from a branch is missing or corrupt (git fsck "
+                         "names it): restore it from a clone or a backup",
 }
 
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
@@ -643,7 +645,53 @@ class _Audit:
             return False
 
 
+def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid) -> int:
+    """Read every object reachable from ``head`` -- all parents, trees and blobs -- once
+    each, and count those that cannot be read. libgit2 inflates each object and checks
+    its hash against its id, so a corrupt or missing object is found as ``git fsck`` finds
+    it. Iterative (history and trees may be deep); memory is the set of ids seen."""
+    seen: set[pygit2.Oid] = set()
+    stack = [head]
+    unreadable = 0
+    while stack:
+        oid = stack.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        try:
+            item = repo.get(oid)
+        except (pygit2.GitError, ValueError, KeyError, OSError):
+            item = None
+        if item is None:
+            unreadable += 1
+        elif isinstance(item, pygit2.Commit):
+            stack.extend(item.parent_ids)
+            stack.append(item.tree_id)
+        elif isinstance(item, pygit2.Tree):
+            stack.extend(
+                entry.id for entry in item if entry.filemode != pygit2.GIT_FILEMODE_COMMIT
+            )
+    return unreadable
+
+
+def _objects(audit: _Audit) -> None:
+    """Both repositories' reachable objects; never raises (the later passes judge the rest)."""
+    places = (
+        (audit.paths.git_dir, audit.paths.branch),
+        (audit.paths.observations, audit.paths.observation_branch),
+    )
+    for place, branch in places:
+        try:
+            repo = pygit2.Repository(str(place), _NO_SEARCH)
+            head = _branch_head(repo, branch)
+        except (pygit2.GitError, OSError, KeyError, ValueError):
+            continue
+        if head is not None and _reachable_unreadable(repo, head):
+            audit.find("object-unreadable")
+
+
 def _run(audit: _Audit) -> None:
+    _objects(audit)
     repo, chain, metadata = audit.lineage()
     generations = audit.walk(repo, chain)
     audit.journal_headings(repo, chain[-1])
@@ -675,6 +723,10 @@ def audit_lineage(paths: LineagePaths, name: str | None = None) -> LineageAudit:
     try:
         _run(audit)
     except Exception as error:  # unknown is not guilty: no partial accusation survives
+        damage = tuple(f for f in audit.findings if f.code == "object-unreadable")
+        if damage:  # ... but an unreadable object is no guess: the history is damaged
+            return LineageAudit(lineage, "findings", commits=audit.commits, findings=damage,
+                                duration_ms=_elapsed_ms(started))
         return LineageAudit(
             lineage, "unknown", duration_ms=_elapsed_ms(started),
             exception_class=exception_class_name(error),

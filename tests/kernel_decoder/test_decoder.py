@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.decoder import Entry, decode
+from reconciler.kernel.decoder import Entry, decode, path_budget
 from reconciler.kernel.errors import DecoderRejection
 
 Member = tuple[str, str, bytes | str]  # (name, kind, data or link target)
@@ -139,10 +139,15 @@ REJECTED = [
          ".git"),
     Case("git-trailing-dot", arch([*GOOD, (".git./config", "file", b"x")]), ".git./config",
          ".git"),
-    Case("kernel-owned-journal", arch([*GOOD, ("journal.md", "file", b"forged")]), "journal.md",
-         "kernel-owned"),
-    Case("kernel-owned-metadata", arch([*GOOD, (".ouroboros-lineage.json", "file", b"{}")]),
-         ".ouroboros-lineage.json", "kernel-owned"),
+    *[Case(f"git-disguise-{index}", arch([*GOOD, (name, "file", b"x")]), name, "git refuses")
+      for index, name in enumerate(["GIT~1", "git~1", ".git::$INDEX_ALLOCATION", ".g\u200cit",
+                                    ".GIT.", ".git ", "a/\ufeff.gIt/x", "d\\.git", "Git~1.."])],
+    Case("gitmodules-symlink", arch([*GOOD, (".gitmodules", "symlink", "organism.el")]),
+         ".gitmodules", "git refuses"),
+    Case("gitmodules-short-symlink", arch([*GOOD, ("GITMOD~1", "symlink", "organism.el")]),
+         "GITMOD~1", "git refuses"),
+    Case("symlink-to-disguised-git", arch([*GOOD, ("l", "symlink", "x/git~1/config")]), "l",
+         ".git"),
     Case("symlink-then-file-through-it",
          arch([*GOOD, ("link", "symlink", "sub"), ("link/evil", "file", b"x")]), "link/evil",
          "through a symlink"),
@@ -239,6 +244,48 @@ def test_clean_tree_decodes_every_kind() -> None:
         Entry(".gitignore", "file", b"*\n", False),
         Entry("gitx/.gitkeep", "file", b"", False),
     ]
+
+
+def test_kernel_owned_names_are_dropped_not_fatal() -> None:
+    """As the original runner deletes them before archiving: neither published nor counted."""
+    entries = decode(
+        build([*GOOD, ("journal.md", "file", b"forged" * 100),
+               (".ouroboros-lineage.json", "dir", b""),
+               (".ouroboros-lineage.json/inner", "file", b"x" * 100),
+               ("kept", "file", b"k")]),
+        max_files=2, max_bytes=len(GOOD[1][2]) + 1,
+    )
+    assert [e.path for e in entries] == ["organism.el", "kept"]
+
+
+def test_names_git_accepts_are_accepted() -> None:
+    names = ["gitx", ".gitx", "git~2", ".gi", "GIT~10", ".gitmodules", ".git\u0130",
+             "gi7eba~12"]
+    entries = decode(build([*GOOD, *[(n, "file", b"") for n in names]]), max_files=20,
+                     max_bytes=1000)
+    assert [e.path for e in entries][1:] == names
+
+
+def long_path(length: int) -> str:
+    """A relative path of exactly ``length`` bytes, in components of 200 bytes or fewer."""
+    parts: list[str] = []
+    while length > 201:
+        parts.append("d" * 200)
+        length -= 201
+    return "/".join([*parts, "f" * length])
+
+
+def test_path_budget_is_what_fits_below_the_worktree(tmp_path: Path) -> None:
+    worktree = tmp_path / "w"
+    budget = path_budget(worktree)
+    assert budget == 4096 - len(str(worktree).encode()) - 2
+    assert long_path(budget).encode().__len__() == budget
+    entries = decode(build([*GOOD, (long_path(budget), "file", b"")]), max_files=100,
+                     max_bytes=100, max_path_bytes=budget)
+    assert entries[-1].path == long_path(budget)
+    with pytest.raises(DecoderRejection, match="PATH_MAX"):
+        decode(build([*GOOD, (long_path(budget + 1), "file", b"")]), max_files=100,
+               max_bytes=100, max_path_bytes=budget)
 
 
 def test_limits_are_inclusive() -> None:
