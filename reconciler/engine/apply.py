@@ -244,6 +244,9 @@ class Engine:
                             lineage.init_lineage(paths, self.identity)
                     self.events.emit("created", lineage=spec.name, path=str(paths.worktree))
                 self._run_generations(spec, current, result, api_key)
+        except kernel_errors.DamageError as error:  # a damaged place: a refusal, with its repair
+            result.refusal = str(error)
+            self.events.emit("refused", lineage=spec.name, reason=error.reason, message=str(error))
         except (OuroError, kernel_errors.KernelError) as error:
             result.errors.append(str(error))
             self.events.emit(

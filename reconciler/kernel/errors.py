@@ -11,6 +11,7 @@
     ├── ConcurrentChangeError   a ref moved behind the kernel's back (compare-and-swap failed)
     ├── DecoderRejection        the result archive is not a publishable tree (a death, not an error)
     ├── TransientError          infrastructure that may work on a retry (git lock, cgroup busy)
+    ├── StorageError            a write to the lineage's places failed on the host (no space)
     └── RecoveryError           leftovers that cannot be reconciled automatically
 
 Messages start with the component ("kernel: ...") and say what a human should do.
@@ -70,6 +71,11 @@ class DecoderRejection(KernelError):
 
 class TransientError(KernelError):
     """Infrastructure that failed but may work if tried again after a delay."""
+
+
+class StorageError(KernelError):
+    """A host fault (no space left on device, an I/O error) is named with its place;
+    nothing of the generation was published."""
 
 
 class RecoveryError(KernelError):

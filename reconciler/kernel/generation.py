@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pygit2
 
-from . import publish, recovery
+from . import faults, publish, recovery
 from .broker import CAPABILITIES_FILE, SOCKET_FILE, capabilities, check_config
 from .config import (
     GENERATION_SCHEMA,
@@ -466,8 +466,11 @@ def _classify(
         try:
             if getattr(result, "archive_overflow", False):
                 raise DecoderRejection("kernel: the result archive exceeds the worktree ceiling")
+            from .decoder import path_budget
+
             entries = runtime.decode(
-                result.archive, max_files=ceilings.worktree_files, max_bytes=ceilings.worktree_bytes
+                result.archive, max_files=ceilings.worktree_files,
+                max_bytes=ceilings.worktree_bytes, max_path_bytes=path_budget(lineage.workdir),
             )
             files = [
                 publish.FileEntry(e.path, "symlink" if e.kind == "symlink" else "file", e.data,
@@ -583,7 +586,36 @@ def run_generation(
     earlier attempt must be recovered first. ``GenerationCancelled``: ``cancel``
     was set while the organism ran; the attempt was discarded (its spend recorded).
     Any other failure after the intent marker was written is settled by
-    ``recovery.recover`` before it propagates.
+    ``recovery.recover`` before it propagates. A host fault is named (``faults``): a full
+    disk is a ``StorageError`` saying "no space left on device" and where, an object git
+    cannot read a ``DamageError`` (a refusal), never a bare OSError or GitError.
+    """
+    try:
+        return _generation(
+            paths=paths, identity=identity, model=model, ceilings=ceilings, api_key=api_key,
+            provenance=provenance, cancel=cancel, kill_point=kill_point, runtime=runtime,
+        )
+    except (OSError, pygit2.GitError) as exc:
+        raise faults.translate(exc, paths, (recovery.kernel_temp_root(),)) from exc
+    except KeyError as exc:  # pygit2: an object named by a tree or commit is missing
+        if not faults.names_an_object(exc):
+            raise
+        raise faults.translate(pygit2.GitError(f"object {exc} not found"), paths) from exc
+
+
+def _generation(
+    *,
+    paths: LineagePaths,
+    identity: Identity,
+    model: ModelConfig,
+    ceilings: Ceilings,
+    api_key: str | None,
+    provenance: Provenance | None,
+    cancel: threading.Event | None,
+    kill_point: Callable[[str], None] | None,
+    runtime: Runtime | None,
+) -> GenerationOutcome:
+    """``run_generation`` itself, its host faults not yet named.
 
     Longer than 80 lines because it is the transaction's first half (preflight, the
     attempt's parts, the marker) written in the order it happens, with the one
@@ -596,6 +628,7 @@ def run_generation(
     if cancel is not None and cancel.is_set():
         raise GenerationCancelled(f"kernel: {paths.branch}: cancelled before it started")
     state = _inspect(paths, identity)
+    publish.check_ref_locks(paths)  # DamageError: found before the sandbox, not after
     n = state.generation
     cursor = _replay_cursor(state.observations, state.obs_head, n - 1)
     _check_provider(model, api_key, n, cursor)

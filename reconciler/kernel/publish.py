@@ -46,7 +46,13 @@ from tenacity import (
 )
 
 from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
-from .errors import ConcurrentChangeError, DecoderRejection, PreflightError, RecoveryError
+from .errors import (
+    ConcurrentChangeError,
+    DamageError,
+    DecoderRejection,
+    PreflightError,
+    RecoveryError,
+)
 from .formats import MARKER_FILE, MARKER_SCHEMA, Change
 from .gitnames import refused
 from .worktree import FileEntry, read_worktree, write_worktree
@@ -61,6 +67,7 @@ __all__ = [
     "build_tree",
     "cas_ref",
     "change_between",
+    "check_ref_locks",
     "checkout_paths",
     "checkout_tree",
     "checkout_worktree",
@@ -74,6 +81,7 @@ __all__ = [
     "open_observations",
     "published_tree",
     "read_marker",
+    "ref_locks",
     "remove_marker",
     "restore_source",
     "restored_organism",
@@ -153,6 +161,37 @@ class _RefLocked(Exception):
 
 
 LOCK_PATIENCE_S = 5.0  # how long a held ref lock is waited for before giving up
+
+
+def ref_locks(paths: LineagePaths) -> list[Path]:
+    """The ``refs/heads/<branch>.lock`` files of the lineage's two branches present now."""
+    places = ((Path(paths.git_dir), paths.branch),
+              (Path(paths.observations) / ".git", paths.observation_branch))
+    return [lock for git_dir, branch in places
+            if os.path.lexists(lock := git_dir / "refs" / "heads" / f"{branch}.lock")]
+
+
+def check_ref_locks(paths: LineagePaths) -> None:
+    """Before a generation runs: a branch lock that stays held for ``LOCK_PATIENCE_S`` was
+    left behind by a git process that died; refuse now (``DamageError``), not after the
+    organism ran and its observation was committed."""
+    retrying = Retrying(
+        retry=retry_if_exception_type(_RefLocked), stop=stop_after_delay(LOCK_PATIENCE_S),
+        wait=wait_exponential(multiplier=0.02, max=0.5), reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                if ref_locks(paths):
+                    raise _RefLocked()
+    except _RefLocked:
+        held = ", ".join(str(lock) for lock in ref_locks(paths))
+        raise DamageError(
+            f"kernel: {held or 'a branch lock'} stayed held for {LOCK_PATIENCE_S:g}s: a git "
+            "command that died left it behind; if no git command is running on this lineage, "
+            "remove it, then run apply again (nothing ran)",
+            reason="damaged",
+        ) from None
 
 
 def cas_ref(

@@ -144,16 +144,22 @@ def read_observation(
 # ---------------------------------------------------------------- helpers
 
 
-def _alive(marker: dict[str, Any]) -> bool:
-    """Is the process that wrote the marker still running (same pid, same start time)?"""
+def marker_alive(marker: dict[str, Any]) -> bool:
+    """Is the process that wrote the marker still running (same pid AND same start time)?
+
+    One home for plan and apply: a marker without its writer's start time, or naming a
+    live process that started at another time (an unrelated process that got the pid),
+    is a dead writer's, and its generation is recovered."""
     pid, start = marker.get("pid"), marker.get("pid_start")
-    if not isinstance(pid, int) or pid == os.getpid():
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return False
+    if not isinstance(start, str):
         return False
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return False
-    return fields[0] != "Z" and (start is None or fields[19] == str(start))
+    return len(fields) > 19 and fields[0] != "Z" and fields[19] == start
 
 
 def kernel_temp_root() -> Path:
@@ -335,7 +341,7 @@ def _recover(paths: LineagePaths) -> RecoveryReport:
     except PreflightError as exc:
         raise RecoveryError(str(exc)) from exc
     present, marker = publish.read_marker(paths)
-    if marker is not None and _alive(marker):
+    if marker is not None and marker_alive(marker):
         raise RecoveryError(
             f"kernel: generation {marker.get('generation')} of {paths.branch} is still running "
             f"(pid {marker.get('pid')}); let it finish or stop it first"

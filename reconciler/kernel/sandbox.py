@@ -3,7 +3,9 @@
 Rule: the organism sees exactly CONTRACT.md "Inside a generation" and nothing
 else -- a fresh size-limited /work, bounded /tmp and /run, read-only /usr
 (plus /etc/alternatives, so Debian's /usr/bin/emacs resolves), the kernel
-folder read-only at /kernel, a read-only root, HOME and PATH only, no IP network, its own
+folder read-only at /kernel, a read-only root, a read-only /dev holding only
+bwrap's device nodes (null, zero, full, random, urandom, tty; /dev/shm is a
+read-only folder, /dev/pts a private devpts), HOME and PATH only, no IP network, its own
 user/pid/ipc/uts/cgroup namespaces, no capabilities, no terminal (its own session,
 outside the terminal's process group), no inherited descriptors. No host path of
 the lineage, no git dir, no secret is in the argument list or the environment: the
@@ -100,9 +102,10 @@ def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
         args += ["--size", str(size), "--tmpfs", mount]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--ro-bind", str(kernel_dir), KERNEL_MOUNT]
-    # bwrap's own root is an unbounded tmpfs: once every mount point exists, make it
-    # read-only, so /work, /tmp and /run are the only (bounded) places to write.
-    args += ["--remount-ro", "/"]
+    # bwrap's own root and its /dev are unbounded tmpfs: once every mount point and device
+    # node exists, make both read-only, so /work, /tmp and /run are the only (bounded)
+    # places to write (device nodes stay writable: /dev/null is a device, not a file).
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += [
         "--unshare-user", "--disable-userns", "--unshare-net", "--unshare-pid",
         "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",

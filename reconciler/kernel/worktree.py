@@ -66,7 +66,7 @@ def open_worktree(worktree: Path) -> int:
                 f"kernel: the worktree {worktree} is not a directory (a symlink or a file "
                 "replaced it): refused, it is never followed; put the lineage's own worktree "
                 "back (`git -C <git dir> worktree` has it) before extending the lineage",
-                reason="worktree-replaced",
+                reason="damaged",
             ) from exc
         raise
 

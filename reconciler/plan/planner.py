@@ -61,6 +61,8 @@ Reason = Literal[
     "observation-disagrees",
     "unbalanced",
     "provider-config",
+    "damaged",
+    "generation-running",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
@@ -320,6 +322,8 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
     ("fingerprint-drift", _fingerprint_drift),
     ("observation-disagrees", _observation_disagrees),
     ("unbalanced", _from_problems("unbalanced")),
+    ("damaged", _from_problems("damaged")),
+    ("generation-running", _from_problems("generation-running")),
 )
 
 

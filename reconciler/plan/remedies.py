@@ -50,6 +50,13 @@ REMEDIES: Mapping[str, str] = {
         "generation commits and observations disagree beyond recovery; run `ouro verify` "
         "for the details, restore both repos from a backup, or start a new lineage"
     ),
+    "damaged": (
+        "repair the place it names: put the lineage's own worktree folder back in place of "
+        "the symlink; remove a branch lock if no git command is running on the lineage"
+    ),
+    "generation-running": (
+        "let that generation finish (or stop its process), then plan again"
+    ),
     "provider-config": (
         "fix spec.model or the environment apply runs in, then plan again (nothing is "
         "created or run until then)"

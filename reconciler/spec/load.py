@@ -668,6 +668,31 @@ def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
                 places[place] = (spec.name, owner)
 
 
+# Kernel pseudo-filesystems: a lineage's places there would be the host's own state.
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def _check_real_places(documents: list[_Document], loaded: list[LoadedSpec],
+                       problems: list[Problem]) -> None:
+    """No place of a lineage is under /proc, /sys or /dev (as written, or once resolved)."""
+    for document, spec in zip(documents, loaded, strict=True):
+        paths = spec.paths()
+        for field, place in (("path", paths.worktree), ("git_dir", paths.git_dir),
+                             ("observations", paths.observations)):
+            resolved = Path(os.path.realpath(place))
+            pseudo = next((root for root in PSEUDO_FILESYSTEMS
+                           if place.is_relative_to(root) or resolved.is_relative_to(root)),
+                          None)
+            if pseudo is not None:
+                problems.append(_problem(
+                    document.source.shown,
+                    *_locate(document.node, ("spec", "storage", field), key=False),
+                    f"spec.storage.{field}",
+                    f"{place} is under {pseudo}, a kernel pseudo-filesystem: a lineage's "
+                    "places must be on a real filesystem; choose another path (or state dir)",
+                ))
+
+
 def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[LoadedSpec]:
     """Load, validate and resolve every spec under ``paths``; all problems or none.
 
@@ -705,6 +730,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
     if len(loaded) != len(documents):
         documents = [d for d in documents if d.spec.spec.storage.path is not None]
     _check_unique(documents, loaded, problems)
+    _check_real_places(documents, loaded, problems)
     if problems:
         files = dict.fromkeys([*(s.shown for s in sources), *(p.file for p in problems)])
         order = {shown: rank for rank, shown in enumerate(files)}

@@ -36,6 +36,8 @@ from reconciler.kernel.config import (
     OBSERVATIONS_SCHEMA,
     LineagePaths,
 )
+from reconciler.kernel.publish import ref_locks
+from reconciler.kernel.recovery import marker_alive
 from reconciler.state.branches import Recorded, recorded_branches
 from reconciler.state.holders import Holder, held_by
 
@@ -61,6 +63,8 @@ ProblemCode = Literal[
     "no-metadata",
     "observation-disagrees",
     "unbalanced",
+    "damaged",
+    "generation-running",
 ]
 InterruptedKind = Literal["roll-forward", "discard", "cleanup"]
 
@@ -585,6 +589,12 @@ def _interrupted(
     """The kernel's classification of the leftovers (``kernel.leftovers``), as observed."""
     assert lin.repo is not None and lin.head is not None
     marker_present, marker = _read_marker(paths.git_dir)
+    if marker is not None and marker_alive(marker):
+        problems.add(
+            "generation-running",
+            f"generation {marker.get('generation')} is running in process {marker.get('pid')} "
+            f"({paths.git_dir / INTENT_MARKER})",
+        )
     pending = problem = None
     if obs.count == generations + 1:
         pending = _names(obs.last)
@@ -610,6 +620,18 @@ def _interrupted(
     return Interrupted(kind, found.generation if marker is not None or kind == "roll-forward"
                        else None, found.lineage_commit, found.phase,
                        f"{where}: {found.detail}: {_REMEDY[kind]}")
+
+
+def _damage(paths: LineagePaths, problems: _Problems) -> None:
+    """What the kernel refuses to run through (``DamageError``), seen at plan time too."""
+    if os.path.islink(paths.worktree):
+        problems.add(
+            "damaged",
+            f"the worktree {paths.worktree} is a symlink (to {os.readlink(paths.worktree)}), "
+            "not the lineage's own folder",
+        )
+    for lock in ref_locks(paths):
+        problems.add("damaged", f"{lock} was left behind by a git command")
 
 
 def _gitlink_target(worktree: Path) -> Path | None:
@@ -671,19 +693,21 @@ def _index_entries(data: bytes) -> tuple[list[tuple[str, int, int, int, int, byt
     return entries, root_tree
 
 
-def _tree_entries(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> dict[
-    str, tuple[int, bytes]
-]:
+def _tree_entries(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, tuple[int, bytes]]:
+    """Every blob below ``tree``: path -> (mode, raw id). Iterative (trees may be deep)."""
     found: dict[str, tuple[int, bytes]] = {}
-    for entry in tree:
-        path = prefix + str(entry.name)
-        if entry.filemode == pygit2.GIT_FILEMODE_TREE:
-            sub = repo[entry.id]
-            if not isinstance(sub, pygit2.Tree):
-                raise KeyError(path)
-            found.update(_tree_entries(repo, sub, path + "/"))
-        else:
-            found[path] = (int(entry.filemode), bytes.fromhex(str(entry.id)))
+    pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
+    while pending:
+        prefix, current = pending.pop()
+        for entry in current:
+            path = prefix + str(entry.name)
+            if entry.filemode == pygit2.GIT_FILEMODE_TREE:
+                sub = repo[entry.id]
+                if not isinstance(sub, pygit2.Tree):
+                    raise KeyError(path)
+                pending.append((path + "/", sub))
+            else:
+                found[path] = (int(entry.filemode), bytes.fromhex(str(entry.id)))
     return found
 
 
@@ -862,7 +886,8 @@ def observe(paths: LineagePaths) -> Observed:
             _check_root(lin, paths, problems)
             interrupted = _interrupted(paths, lin, obs, generations,
                                        last.commit if last is not None else None, problems)
-        if worktree_exists and lin.head is not None:
+        _damage(paths, problems)
+        if worktree_exists and lin.head is not None and not os.path.islink(paths.worktree):
             dirty = _dirty(paths, lin, problems)
     except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
             AttributeError, struct.error) as error:

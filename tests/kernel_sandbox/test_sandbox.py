@@ -69,6 +69,7 @@ MUST_HAVE = [
     ("--new-session",),
     ("--chdir", "/work"),
     ("--remount-ro", "/"),
+    ("--remount-ro", "/dev"),
 ]
 MUST_NOT_HAVE = ["--bind", "--dev-bind", "--share-net", "--unshare-all", "--cap-add",
                  "--bind-try", "--ro-bind-try", "--setenv OPENAI_API_KEY", "/home", "/root",

@@ -412,3 +412,31 @@ def test_a_custom_branch_keeps_the_specs_name(tmp_path: Path) -> None:
     spec = only([write(tmp_path, "a.yaml", text)])
     assert (spec.paths().branch, spec.paths().name) == ("evo/alpha-2", "alpha")
     assert scope_prefix(spec.paths()).startswith("alpha.")
+
+
+# --- pseudo-filesystems ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("place", ["/proc/self/lineage", "/sys/fs/x", "/dev/shm/lineage"])
+def test_a_place_under_a_pseudo_filesystem_is_refused_at_load(tmp_path: Path, place: str) -> None:
+    text = MINIMAL.format(name="one") + f"  storage: {{path: {place}}}\n"
+    path = write(tmp_path, "f.yaml", text)
+    found = problems([path])
+    named = [p for p in found if p.startswith(f"{path}:9:19: spec.storage.path: {place} is ")]
+    assert len(named) == 1 and "pseudo-filesystem" in named[0], found
+    assert "choose another path" in named[0]
+    assert any("spec.storage.git_dir" in problem for problem in found)
+
+
+def test_a_symlink_into_proc_is_refused_too(tmp_path: Path) -> None:
+    (tmp_path / "innocent").symlink_to("/proc/self")
+    text = MINIMAL.format(name="one") + "  storage: {path: innocent/x}\n"
+    path = write(tmp_path, "f.yaml", text)
+    assert any("is under /proc" in problem for problem in problems([path]))
+
+
+def test_a_state_dir_under_dev_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "f.yaml", MINIMAL.format(name="one"))
+    with pytest.raises(SpecError) as caught:
+        load_specs([path], state_dir=Path("/dev/shm/ouro"))
+    assert "is under /dev" in str(caught.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
 from reconciler.state.audit import CODES, audit_lineage, restored_organism
-from tests.verify.builder import SEED, SIG, Lineage, first_parent_chain, tree_of
+from tests.verify.builder import SEED, SIG, Lineage, commit_of, first_parent_chain, tree_of
 
 LETHAL = b'(message "lethal")\n(kill-emacs 3)\n'
 GROWN = SEED + b'(message "grown")\n'
@@ -530,19 +531,45 @@ def _git_dir_is_a_file(lineage: Lineage) -> None:
     lineage.paths.git_dir.write_text("not a repository")
 
 
+@pytest.mark.parametrize("damage", [_corrupt_an_object, _delete_an_object],
+                         ids=["corrupt-object", "missing-object"])
+def test_an_unreadable_object_is_a_finding_and_the_only_one(
+    tmp_path: Path, damage: Callable[[Lineage], None]
+) -> None:
+    """Every reachable object is read (as git fsck does): a damaged one is no guess, but
+    nothing else is judged on a history that cannot be read whole."""
+    lineage = sound(tmp_path)
+    lineage.rewrite_observation(2, None, raw=b"also damaged")  # would be a finding if readable
+    damage(lineage)
+    result = audit_lineage(lineage.paths, lineage.name)
+    assert result.status == "findings"
+    assert [f.code for f in result.findings] == ["object-unreadable"]
+
+
+def test_an_unreached_corrupt_blob_is_found_too(tmp_path: Path) -> None:
+    """A blob no other check reads (an old organism body) is read all the same."""
+    lineage = sound(tmp_path)
+    assert found(lineage) == set()
+    seed = commit_of(lineage.repo, lineage.commits[1]).parents[0]
+    blob = (seed.tree / "organism.el").id
+    hexid = str(blob)
+    path = lineage.paths.git_dir / "objects" / hexid[:2] / hexid[2:]
+    path.chmod(0o644)
+    inner = zlib.decompress(path.read_bytes())
+    path.write_bytes(zlib.compress(inner[:-1] + bytes([inner[-1] ^ 1])))
+    assert [f.code for f in audit_lineage(lineage.paths, lineage.name).findings] == [
+        "object-unreadable"]
+
+
 @pytest.mark.parametrize(
     "damage",
     [
-        _corrupt_an_object,
-        _delete_an_object,
         _no_git_dir,
         _no_branch,
         _git_dir_is_a_file,
         _git_dir_is_a_folder_inside_another_repository,
     ],
     ids=[
-        "corrupt-object",
-        "missing-object",
         "no-git-dir",
         "no-branch",
         "git-dir-is-a-file",
@@ -643,7 +670,7 @@ def test_the_sample_bundle_on_a_branch_it_does_not_have_is_unknown(sample_lineag
 def test_every_code_has_a_description_and_is_stable() -> None:
     assert all(code == code.lower() and " " not in code for code in CODES)
     assert all(CODES[code] for code in CODES)
-    assert len(CODES) == 28
+    assert len(CODES) == 29
 
 
 def test_the_audit_writes_nothing(tmp_path: Path) -> None:
