@@ -146,6 +146,7 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
             for c in item.changes
         ],
         "heads": dict(item.heads),
+        "branches": dict(item.branches),  # the spec's, else those the lineage records
         "interrupted": item.interrupted,
         "notes": list(item.notes),
         "spec_sha256": item.spec_sha256,

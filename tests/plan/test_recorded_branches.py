@@ -156,6 +156,8 @@ def test_plan_text_json_and_markdown_of_the_original_layout(
     assert by_name["other"]["reason"] == "branch-mismatch"
     assert by_name["other"]["message"] == by_name["other"]["reasons"][0]["message"]
     assert by_name["peer"]["observed_generations"] == by_name["other"]["observed_generations"] == 3
+    assert by_name["peer"]["branches"] == {"lineage": "peer", "observation": "observations/peer"}
+    assert by_name["other"]["branches"] == {"lineage": "x", "observation": "observations/x"}
 
     code, out = run(monkeypatch, capsys, "plan", specs)
     assert code == 1
