@@ -60,9 +60,9 @@ Reason = Literal[
     "fingerprint-drift",
     "observation-disagrees",
     "unbalanced",
-    "provider-config",
     "damaged",
     "generation-running",
+    "provider-config",  # (last: the refusal order is this order)
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.

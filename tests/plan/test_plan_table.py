@@ -382,9 +382,19 @@ def test_a_provider_problem_comes_after_every_other_reason() -> None:
                     observation_metadata={**OBS_META, "instrument_commit": OTHER_COMMIT})
     result = plan_lineage(FakeSpec(), seen, ME, preflight=_no_key)
     assert [r.reason for r in result.refusals] == ["instrument-commit-drift", "provider-config"]
+    damaged = dataclasses.replace(seen, problems=(ReadProblem("damaged", "a stale lock"),))
+    found = [r.reason for r in plan_lineage(FakeSpec(), damaged, ME, preflight=_no_key).refusals]
+    assert found == [reason for reason in REASONS if reason in found]  # REASONS' order
+    assert found[-1] == "provider-config"
 
 
 def test_every_reason_has_a_remedy_in_the_one_table() -> None:
     from reconciler.plan.remedies import REMEDIES
 
     assert set(REASONS) <= {key.split("/")[0] for key in REMEDIES}
+
+
+def test_the_refusal_order_is_the_order_of_reasons() -> None:
+    from reconciler.plan.planner import _REFUSAL_ORDER
+
+    assert [reason for reason, _ in _REFUSAL_ORDER] + ["provider-config"] == list(REASONS)
