@@ -1,14 +1,15 @@
 """ouro: a declarative reconciler for self-modifying-program lineages.
 
-Layers, top to bottom (a lower layer never imports a higher one):
+Layers, top to bottom (a layer imports only those below it; the import-linter
+contracts in pyproject.toml enforce it):
 
-    cli        parse, call, render, exit code
-    apply      locks, scheduling, progress, recovery, retries (side effects)
-    render     plans and status as text, JSON, markdown
-    plan       desired vs observed -> actions (pure; no I/O)
-    observe    what a lineage is now (pygit2, read-only)
-    load/spec  YAML specs -> validated models
-    kernel     the physics; imports nothing above it
+    cli        typer only: parse, call one engine function, render, exit code
+    report     text, JSON, markdown, progress (no decisions)
+    engine     apply's session, locks, limits, events, audits, doctor (side effects)
+    plan       desired vs observed -> actions (pure), saved plans
+    state      what is on disk now, read-only: observe, status, audit (beside plan)
+    spec       YAML specs -> validated models
+    kernel     the physics; imports nothing else of reconciler
 
 Keep this module light: the kernel's broker runs ``python -m
 reconciler.kernel.broker_process`` once per generation and imports this package first.
