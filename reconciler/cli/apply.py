@@ -108,6 +108,12 @@ def apply_command(
     ] = 60.0,
     as_json: Json = False,
     state_dir: StateDir = None,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor", help="local (this host) or slurm (a job per lineage; docs/slurm.md)"
+        ),
+    ] = "local",
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
     from reconciler.engine.session import ApplyRequest, apply
@@ -123,6 +129,7 @@ def apply_command(
         deadline_seconds=_duration(deadline),
         max_generations=max_generations,
         lock_timeout=lock_timeout,
+        executor=executor,
     )
     if as_json:
         reporter: PlainReporter = SilentReporter()

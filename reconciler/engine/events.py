@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 EVENT_SCHEMA = "ouro-event/v1"
+EVENTS_FILE = "events.jsonl"  # under the state dir
 
 
 class EventLog:

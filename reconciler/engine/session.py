@@ -32,7 +32,8 @@ from reconciler.engine.apply import (
     default_parallelism,
 )
 from reconciler.engine.audits import AuditBatches
-from reconciler.engine.events import EventLog
+from reconciler.engine.events import EVENTS_FILE, EventLog
+from reconciler.engine.executors import check_options, make_executor
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.kernel.config import Identity
 from reconciler.plan import LineagePlan, Plan, make_plan
@@ -45,7 +46,6 @@ from reconciler.state.observe import observe
 from reconciler.state.preflight import provider_problem
 
 EXIT_INTERRUPTED = 130
-EVENTS_FILE = "events.jsonl"  # under the state dir
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class ApplyRequest:
     deadline_seconds: float | None = None  # start no generation after this long
     max_generations: int | None = None  # in all
     lock_timeout: float = 60.0  # seconds to wait for a lineage another apply holds
+    executor: str = "local"  # where the lineages run: local | slurm (engine.executors)
 
 
 class ApplyUI(Protocol):
@@ -200,6 +201,8 @@ def _interrupts(limits: Limits, say: Reporter) -> Iterator[None]:
 def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> ApplyOutcome:
     """Run one apply: ``ApplyError``/``PlanFileError``/``SpecError`` before anything ran
     (not affordable, not confirmed, stale plan, bad specs), else its outcome."""
+    check_options(request.executor, deadline=request.deadline_seconds,
+                  max_generations=request.max_generations)
     identity = instrument.current()
     prepared = prepare(request, identity)
     ui.show_plan(prepared.plan)
@@ -217,13 +220,14 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     audits = AuditBatches()
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done)
+    runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     jobs = [*runnable, *to_check]
     events.emit("apply-started", lineages=[s.name for s, _ in jobs], parallel=width,
-                worst_case_usd=str(worst))
+                executor=request.executor, worst_case_usd=str(worst))
     try:
         with _interrupts(limits, reporter):
-            results = engine.run(jobs, width)
+            results = runner.run(jobs, width)
     finally:
         reporter.close()
     by_name = {r.name: r for r in results}

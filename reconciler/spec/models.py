@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -41,12 +42,14 @@ __all__ = [
     "KIND",
     "PAID_PROVIDERS",
     "CeilingsSpec",
+    "ExecutorSpec",
     "InstrumentSpec",
     "LineageBody",
     "LineageSpec",
     "Metadata",
     "ModelSpec",
     "PriceSpec",
+    "SlurmSpec",
     "StorageSpec",
     "branch_name_problem",
     "json_schema",
@@ -550,6 +553,82 @@ class CeilingsSpec(_Strict):
         return value
 
 
+# sbatch options ouro sets itself for each job (an extra option may not override them).
+OURO_SBATCH_OPTIONS = frozenset(
+    {"time", "partition", "account", "cpus-per-task", "mem", "signal", "output", "error",
+     "job-name", "array", "wrap", "open-mode", "requeue", "no-requeue"}
+)
+_SBATCH_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\x00-\x1f\x7f]*)?$")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,128}$")
+
+
+def sbatch_option(text: str) -> tuple[str, str | bool]:
+    """``--name=value`` or ``--flag`` -> (name, value or True); ValueError says what is wrong."""
+    match = _SBATCH_OPTION.match(text)
+    if not match:
+        raise ValueError(
+            f"{text!r} is not an sbatch option: write --name=value or --flag (e.g. --qos=low, "
+            "--constraint=skylake), one per item"
+        )
+    name = match.group(1)
+    if name in OURO_SBATCH_OPTIONS:
+        raise ValueError(
+            f"--{name} is set by ouro itself: use the executor's own fields (partition, "
+            "account, time, cpus, memory) instead"
+        )
+    value = match.group(2)
+    return name, True if value is None else value[1:]
+
+
+def _slurm_name(value: str | None) -> str | None:
+    if value is not None and not _SLURM_NAME.match(value):
+        raise ValueError(f"{value!r} is not a Slurm partition or account name")
+    return value
+
+
+def _sbatch_item(value: str) -> str:
+    sbatch_option(value)
+    return value
+
+
+SbatchOption = Annotated[str, AfterValidator(_sbatch_item)]
+
+
+class SlurmSpec(_Strict):
+    partition: str | None = Field(
+        default=None, description="the partition (default: the cluster's)"
+    )
+    account: str | None = Field(default=None, description="the account to charge (default: yours)")
+    time: Duration = Field(
+        default=3600,
+        ge=60,
+        le=MAX_SECONDS,
+        description="time limit of one job; a job starts no generation that could not end "
+        "(wall ceiling) before it, and is requeued for the rest",
+    )
+    cpus: int = Field(default=1, ge=1, le=4096, description="CPUs per job (--cpus-per-task)")
+    memory: Size | None = Field(
+        default=None, ge=1 << 20, le=MAX_BYTES, description="memory per job (--mem); "
+        "default: the cluster's"
+    )
+    sbatch: list[SbatchOption] = Field(
+        default_factory=list,
+        description="extra sbatch options, one per item: --name=value or --flag",
+    )
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return _slurm_name(value)
+
+
+
+class ExecutorSpec(_Strict):
+    slurm: SlurmSpec = Field(
+        default_factory=SlurmSpec, description="jobs for `ouro apply --executor slurm`"
+    )
+
+
 class StorageSpec(_Strict):
     path: PathText | None = Field(
         default=None,
@@ -596,6 +675,9 @@ class LineageBody(_Strict):
     ceilings: CeilingsSpec = Field(default_factory=CeilingsSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     instrument: InstrumentSpec = Field(default_factory=InstrumentSpec)
+    executor: ExecutorSpec = Field(
+        default_factory=ExecutorSpec, description="where apply runs the generations (not physics)"
+    )
 
 
 class LineageSpec(_Strict):
