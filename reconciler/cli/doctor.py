@@ -4,36 +4,71 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from reconciler.errors import OuroError
+
+
+class DoctorUsage(OuroError):
+    """doctor's options must name something it can do."""
 
 
 def doctor_command(
     paths: Annotated[list[Path] | None, typer.Argument(
         help="spec files or folders: also check their providers' API key variables")] = None,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="local: this host; slurm: run the checks in a job on a node "
+        "(with the first spec's spec.executor.slurm settings)")] = "local",
 ) -> None:
     """Check bubblewrap, Emacs and curl in the sandbox, the ceiling backends, API keys."""
     from reconciler.engine.doctor import ready, run_checks
 
     variables: list[tuple[str, str]] = []
+    specs = []
     if paths:
         from reconciler.spec.load import load_specs
 
-        for spec in load_specs(paths):
+        specs = load_specs(paths)
+        for spec in specs:
             variable = spec.model().api_key_env
             if variable:
                 variables.append((spec.name, variable))
-    checks = run_checks(variables)
+    if executor == "slurm":
+        checks = _on_a_node(specs) + run_checks_keys(variables)
+    elif executor == "local":
+        checks = run_checks(variables)
+    else:
+        raise DoctorUsage(f"ouro doctor: --executor {executor!r}: use local or slurm")
     for check in checks:
         mark = "ok " if check.ok else ("-- " if not check.required else "NO ")
         print(f"{mark} {check.name}: {check.detail}")
         if not check.ok and check.remedy:
             print(f"    remedy: {check.remedy}")
     verdict = ready(checks)
-    print("ready: this host can run generations" if verdict
+    where = "the cluster's node" if executor == "slurm" else "this host"
+    print(f"ready: {where} can run generations" if verdict
           else "not ready: fix the lines marked NO", file=sys.stderr)
     raise SystemExit(0 if verdict else 1)
+
+
+def run_checks_keys(variables: list[tuple[str, str]]) -> list[Any]:
+    from reconciler.engine.doctor import check_keys
+
+    return check_keys(variables)
+
+
+def _on_a_node(specs: list[Any]) -> list[Any]:
+    from reconciler.engine.executors.slurm import doctor_in_job
+    from reconciler.spec.load import state_dir
+    from reconciler.spec.models import SlurmSpec
+
+    settings = specs[0].spec.spec.executor.slurm if specs else SlurmSpec()
+    print("submitting a probe job (one real life on a node) ...", file=sys.stderr)
+    job, node, checks = doctor_in_job(state_dir(), settings)
+    print(f"Slurm job {job} on node {node}:")
+    return list(checks)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -99,8 +100,14 @@ class _JobLog:
         pass
 
 
-def run_request(request: LineageRequest, *, started: float | None = None) -> dict[str, Any]:
-    """Run one lineage here; the result document (never raises an OuroError)."""
+def run_request(
+    request: LineageRequest,
+    *,
+    started: float | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run one lineage here; the result document (never raises an OuroError). ``cancel``:
+    once set, the running generation ends at once, publishing nothing."""
     from reconciler.plan import plan_lineage
     from reconciler.spec.load import load_specs
     from reconciler.state import instrument
@@ -136,6 +143,8 @@ def run_request(request: LineageRequest, *, started: float | None = None) -> dic
         return result_document(result, stopped_by=None)
     offset = request.deadline_seconds(spec.ceilings().wall_seconds)
     limits = Limits(deadline=None if offset is None else started + offset)
+    if cancel is not None:
+        limits.cancel = cancel
     engine = Engine(
         identity=wanted,
         limits=limits,
@@ -149,7 +158,14 @@ def run_request(request: LineageRequest, *, started: float | None = None) -> dic
         result = LineageResult(request.name, "refuse")
         result.errors.append(str(error))
         return result_document(result, stopped_by=None)
-    return result_document(engine.run_lineage(spec, planned), stopped_by=limits.stopped_by)
+    result = engine.run_lineage(spec, planned)
+    if limits.cancel.is_set():
+        result.errors.append(
+            f"ouro: the job running {spec.name} was cancelled (SIGTERM: scancel, or the "
+            "scheduler): its running generation was discarded; the next apply runs it"
+        )
+        return result_document(result, stopped_by="cancelled")
+    return result_document(result, stopped_by=limits.stopped_by)
 
 
 def _events(path: Path) -> EventLog:

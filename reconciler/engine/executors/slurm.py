@@ -17,15 +17,17 @@ recovered by the next apply like any other.
 from __future__ import annotations
 
 import math
-import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from reconciler.engine.apply import Engine, LineageResult
@@ -40,7 +42,7 @@ from reconciler.engine.lockfs import Scope, require_lock_scope
 from reconciler.errors import ApplyError
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
-from reconciler.spec.models import sbatch_option
+from reconciler.spec.models import SlurmSpec, sbatch_option
 
 JOBS_DIR = "slurm-jobs"  # under the state dir: submitit's pickles and job logs
 SIGNAL_SECONDS = 90  # Slurm warns a job (USR2) this long before its time limit
@@ -58,7 +60,18 @@ class LineageJob:
 
     def __call__(self, request_json: str) -> dict[str, Any]:
         started = time.monotonic()
-        return run_request(LineageRequest.from_json(request_json), started=started)
+        cancel = threading.Event()
+
+        def cancelled(signum: int, frame: FrameType | None) -> None:
+            del signum, frame
+            cancel.set()
+
+        # scancel (or the end of the time limit) sends SIGTERM to every process of the job
+        # at once: the running generation is cancelled, publishing nothing (submitit's own
+        # handler would ignore it and let the engine go on until SIGKILL).
+        signal.signal(signal.SIGTERM, cancelled)
+        return run_request(LineageRequest.from_json(request_json), started=started,
+                           cancel=cancel)
 
     def checkpoint(self, request_json: str) -> Any:
         """Preempted or timed out: Slurm requeues the same request (it re-plans)."""
@@ -140,15 +153,12 @@ def job_states(ids: Sequence[str]) -> dict[str, str]:
     return states
 
 
-def partition_nodes(partitions: set[str | None]) -> set[str]:
-    """The node names of these partitions (None: the default partition)."""
-    nodes: set[str] = set()
-    for partition in partitions:
-        argv = ["sinfo", "-h", "-N", "-o", "%N"]
-        if partition:
-            argv += ["-p", partition]
-        nodes.update((_run(argv) or "").split())
-    return nodes
+def partition_nodes(partition: str | None) -> set[str]:
+    """The node names of a partition (None: the default partition)."""
+    argv = ["sinfo", "-h", "-N", "-o", "%N"]
+    if partition:
+        argv += ["-p", partition]
+    return set((_run(argv) or "").split())
 
 
 def _merge(total: LineageResult | None, part: LineageResult) -> LineageResult:
@@ -203,8 +213,18 @@ class SlurmExecutor:
                 "ouro apply --executor slurm: sbatch is not on PATH: run apply on a Slurm "
                 "login node (or install slurm-wlm's client and its slurm.conf)"
             )
-        partitions = {spec.spec.spec.executor.slurm.partition for spec, _ in runnable}
-        nodes = partition_nodes(partitions)
+        nodes: set[str] = set()
+        for partition in {spec.spec.spec.executor.slurm.partition for spec, _ in runnable}:
+            found = partition_nodes(partition)
+            if not found:
+                where = next(s.where for s, _ in runnable
+                             if s.spec.spec.executor.slurm.partition == partition)
+                raise ApplyError(
+                    f"ouro: {where}: spec.executor.slurm.partition "
+                    f"{partition or '(the default)'}: the cluster has no such partition, or "
+                    "it has no nodes (`sinfo -s` lists them): nothing was submitted"
+                )
+            nodes |= found
         here = socket.gethostname().split(".")[0]
         needed: Scope = "host" if nodes and nodes <= {here} else "cluster"
         for spec, _ in runnable:
@@ -267,7 +287,8 @@ class SlurmExecutor:
             ) from error
         except (OSError, RuntimeError, ValueError) as error:
             raise ApplyError(
-                f"ouro: {spec.where}: could not submit the job of {spec.name}: {error}"
+                f"ouro: {spec.where}: sbatch refused the job of {spec.name}: "
+                f"{str(error).strip()}; check spec.executor.slurm"
             ) from error
 
     # --- following ---------------------------------------------------------------
@@ -293,7 +314,23 @@ class SlurmExecutor:
             self._poll(requeue=not limits.stop.is_set())
             if not all(item.done for item in self.tracked):
                 limits.cancel.wait(self.poll_seconds)
+        if cancelled:
+            self._settle()
         self._replay(tail)
+
+    def _settle(self, timeout: float = 90.0) -> None:
+        """After scancel: wait until no process of the cancelled jobs is left (COMPLETING),
+        so that this apply ends after them, their locks free."""
+        ids = [job for item in self.tracked for job in item.job_ids]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = job_states(ids)
+            if not any(state in ACTIVE_STATES for state in states.values()):
+                return
+            time.sleep(self.poll_seconds / 2)
+        self.engine.reporter.note(
+            f"ouro: Slurm jobs {', '.join(ids)} were still ending after {timeout:g}s"
+        )
 
     def _replay(self, tail: EventTail) -> None:
         by_job = {
@@ -341,7 +378,8 @@ class SlurmExecutor:
                 self._collect(item, requeue=requeue)
             elif state not in ACTIVE_STATES or item.job.job_id not in states:
                 item.ended_at = item.ended_at or time.monotonic()
-                if time.monotonic() - item.ended_at >= RESULT_GRACE_SECONDS:
+                grace = 0.0 if self.engine.limits.cancel.is_set() else RESULT_GRACE_SECONDS
+                if time.monotonic() - item.ended_at >= grace:
                     self._lost(item, state)
 
     def _collect(self, item: _Tracked, *, requeue: bool) -> None:
@@ -446,16 +484,72 @@ class SlurmExecutor:
             )
 
 
-def in_job() -> bool:
-    """Does this process run inside a Slurm job?"""
-    return bool(os.environ.get("SLURM_JOB_ID"))
+class DoctorJob:
+    """What ``ouro doctor --executor slurm`` runs on a node: every check, as plain data."""
+
+    def __call__(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from reconciler.engine.doctor import run_checks
+
+        return {"node": socket.gethostname(), "checks": [asdict(c) for c in run_checks()]}
+
+
+def doctor_in_job(state_dir: Path, settings: SlurmSpec, *, timeout: float = 600) -> Any:
+    """Run the doctor's checks (one real life included) in a job; (job id, node, checks)."""
+    import submitit
+    from submitit.core.utils import pickle_load
+
+    from reconciler.engine.doctor import Check
+
+    if shutil.which("sbatch") is None:
+        raise ApplyError("ouro doctor --executor slurm: sbatch is not on PATH: run it on a "
+                         "Slurm login node")
+    parameters: dict[str, Any] = {"time": 10, "job_name": "ouro-doctor",
+                                  "cpus_per_task": settings.cpus}
+    if settings.partition:
+        parameters["partition"] = settings.partition
+    if settings.account:
+        parameters["account"] = settings.account
+    parameters["additional_parameters"] = dict(sbatch_option(o) for o in settings.sbatch)
+    try:
+        executor = submitit.SlurmExecutor(folder=state_dir / JOBS_DIR / "%j")
+        executor.update_parameters(**parameters)
+        job = executor.submit(DoctorJob())
+    except (subprocess.CalledProcessError, OSError, RuntimeError, ValueError) as error:
+        detail = getattr(error, "output", b"") or b""
+        text = detail.decode("utf-8", "replace").strip() if isinstance(detail, bytes) else ""
+        raise ApplyError(f"ouro doctor: sbatch refused the probe job: {text or error}") from error
+    deadline = time.monotonic() + timeout
+    ended_at: float | None = None
+    while not job.paths.result_pickle.exists():
+        state = job_states([job.job_id]).get(job.job_id, "UNKNOWN")
+        if state not in ACTIVE_STATES:
+            ended_at = ended_at or time.monotonic()
+            if time.monotonic() - ended_at > RESULT_GRACE_SECONDS:
+                raise ApplyError(f"ouro doctor: the probe job {job.job_id} ended {state} "
+                                 f"without a result (log: {job.paths.stderr})")
+        if time.monotonic() > deadline:
+            _run(["scancel", job.job_id])
+            raise ApplyError(f"ouro doctor: the probe job {job.job_id} did not end within "
+                             f"{timeout:g}s (state {state}); cancelled it")
+        time.sleep(0.5)
+    outcome, value = pickle_load(job.paths.result_pickle)
+    if outcome != "success" or not isinstance(value, dict):
+        lines = str(value).strip().splitlines()
+        raise ApplyError(f"ouro doctor: the probe job {job.job_id} failed: "
+                         f"{lines[-1] if lines else '?'} (log: {job.paths.stderr})")
+    checks = [Check(**item) for item in value["checks"]]
+    return job.job_id, str(value["node"]), checks
 
 
 __all__ = [
     "JOBS_DIR",
     "SIGNAL_SECONDS",
+    "DoctorJob",
     "LineageJob",
     "SlurmExecutor",
+    "doctor_in_job",
     "job_states",
     "slurm_parameters",
 ]

@@ -1,0 +1,323 @@
+"""`ouro apply --executor slurm` on a real single-node Slurm (.ci/slurm-up.sh brings it up).
+
+Every lineage here runs as a real Slurm job (munged, slurmctld, slurmd), inside which the
+ordinary engine runs real generations (bwrap, cgroups, Emacs) on the shared state dir.
+The invariant checked after each story: N generation commits, N observations, no
+generation run twice, the audit consistent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apply.helpers import (
+    assert_invariant,
+    observation_numbers,
+    ouro_argv,
+    report,
+    run_ouro,
+    write_replies,
+    write_spec,
+)
+from tests.host import require
+from tests.observe.builder import lineage_paths
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slurm, pytest.mark.slow]
+
+SLOW_BODY = '(progn (sleep-for {seconds}) (message "slow life"))\n'
+
+
+def _cluster_up() -> bool:
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and any(
+        state.startswith(("idle", "mixed", "allocated", "completing"))
+        for state in done.stdout.split()
+    )
+
+
+@pytest.fixture(autouse=True)
+def _slurm() -> None:
+    require(_cluster_up(), "a running Slurm cluster (run .ci/slurm-up.sh as root)")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
+    return environment
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    return folder
+
+
+def _with_executor(path: Path, settings: str = "time: 10m") -> Path:
+    path.write_text(path.read_text() + "  executor:\n    slurm: {" + settings + "}\n")
+    return path
+
+
+def _events(tmp_path: Path) -> list[dict[str, Any]]:
+    log = tmp_path / "state" / "events.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _generation_events(tmp_path: Path, name: str) -> list[int]:
+    return [e["generation"] for e in _events(tmp_path)
+            if e["event"] == "generation" and e.get("lineage") == name]
+
+
+def _wait_for(predicate: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def _started(tmp_path: Path, name: str, generation: int) -> bool:
+    log = tmp_path / "state" / "events.jsonl"
+    if not log.exists():
+        return False
+    return any(e["event"] == "generation-started" and e.get("lineage") == name
+               and e.get("generation") == generation for e in _events(tmp_path))
+
+
+def _job_state(job: str) -> str:
+    done = subprocess.run(["squeue", "-h", "--states=all", "-o", "%T", "-j", job],
+                          capture_output=True, text=True, timeout=20)
+    return done.stdout.strip()
+
+
+def _kill_outright(job: str) -> None:
+    """SIGKILL every process of the job at once (as a node's OOM killer or a crash would)."""
+    listing = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True,
+                             timeout=20, check=True).stdout
+    pids = [int(line.split()[0]) for line in listing.splitlines()[1:] if line.split()]
+    assert pids, listing
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_fleet_of_four_runs_as_four_jobs(specs: Path, env: dict[str, str],
+                                           tmp_path: Path) -> None:
+    names = ["sl-a", "sl-b", "sl-c", "sl-d"]
+    for index, name in enumerate(names):
+        _with_executor(write_spec(specs, name, 2 + index % 2))
+    result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    document = report(result)
+    assert result.returncode == 0, (document, result.stderr)
+    for index, name in enumerate(names):
+        assert_invariant(lineage_paths(tmp_path / "state", name), 2 + index % 2)
+        assert _generation_events(tmp_path, name) == list(range(1, 3 + index % 2))
+    submitted = [e for e in _events(tmp_path) if e["event"] == "job-submitted"]
+    assert sorted(e["lineage"] for e in submitted) == names
+    jobs = {e["executor_job"] for e in submitted}
+    assert len(jobs) == 4
+    # every generation was run by one of this apply's jobs, on the node
+    ran = [e for e in _events(tmp_path) if e["event"] == "generation"]
+    assert {e["executor_job"] for e in ran} == jobs
+    assert sum(item["generations_run"] for item in document["lineages"]) == 10
+    assert all(item["audit"]["status"] == "consistent" for item in document["lineages"])
+    again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "submitted" not in again.stderr  # in sync: no job at all
+
+
+@pytest.mark.parametrize("how", ["TERM", "KILL"], ids=["scancel", "scancel-kill"])
+def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
+    specs: Path, env: dict[str, str], tmp_path: Path, how: str
+) -> None:
+    """scancel (SIGTERM to every process of the job) cancels the running generation: it
+    publishes nothing. SIGKILL to all of them leaves it half done: the kernel's recovery
+    at the next apply handles it. Either way the next apply runs it once."""
+    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=20)])
+    _with_executor(write_spec(specs, "sl-cut", 3, provider="replay", replay=str(replies)))
+    write_spec(specs, "sl-ok", 2)  # beside it, a lineage the cancel must not touch
+    _with_executor(specs / "sl-ok.yaml")
+    paths = lineage_paths(tmp_path / "state", "sl-cut")
+    process = subprocess.Popen(
+        ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(lambda: _started(tmp_path, "sl-cut", 2))
+    job = next(e["executor_job"] for e in _events(tmp_path)
+               if e["event"] == "job-submitted" and e["lineage"] == "sl-cut")
+    if how == "KILL":
+        _kill_outright(job)
+    else:
+        subprocess.run(["scancel", job], check=True, timeout=20)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err  # one lineage's job was cancelled: not in sync
+    document = report(subprocess.CompletedProcess([], 1, out, err))
+    cut = next(item for item in document["lineages"] if item["name"] == "sl-cut")
+    expected = "was cancelled (SIGTERM" if how == "TERM" else f"job {job} of sl-cut ended"
+    assert any(expected in e for e in cut["errors"]), cut
+    assert observation_numbers(paths) == [1]  # generation 2 never published
+    assert_invariant(lineage_paths(tmp_path / "state", "sl-ok"), 2)
+
+    again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    document = report(again)
+    assert again.returncode == 0, (document, again.stderr)
+    cut = next(item for item in document["lineages"] if item["name"] == "sl-cut")
+    if how == "KILL":
+        assert cut["recovered"], cut  # the killed attempt was recovered first
+    assert cut["generations_run"] == 2
+    assert_invariant(paths, 3)
+    assert Counter(_generation_events(tmp_path, "sl-cut")) == Counter([1, 2, 3])
+
+
+def test_two_submitting_applies_race_on_one_fleet(specs: Path, env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    names = ["sl-r1", "sl-r2", "sl-r3", "sl-r4"]
+    for name in names:
+        _with_executor(write_spec(specs, name, 3))
+    argv = ouro_argv("apply", "--yes", "--json", "--executor", "slurm", "--lock-timeout", "200",
+                     str(specs))
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    outputs = [p.communicate(timeout=400) for p in (first, second)]
+    assert first.returncode == 0, outputs[0][1]
+    assert second.returncode == 0, outputs[1][1]
+    documents = [report(subprocess.CompletedProcess([], 0, out, err)) for out, err in outputs]
+    for name in names:
+        runs = [next(i for i in d["lineages"] if i["name"] == name)["generations_run"]
+                for d in documents]
+        assert sum(runs) == 3, (name, runs)  # between them, each generation ran once
+        assert_invariant(lineage_paths(tmp_path / "state", name), 3)
+        assert sorted(_generation_events(tmp_path, name)) == [1, 2, 3]
+
+
+def test_a_job_at_its_time_limit_stops_at_a_boundary_and_is_continued(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    # A 3-minute job may start generations in its first 30 s only (3m - 90 s warning -
+    # 30 s margin - 30 s wall); generations of 12 s: the job stops at a boundary and a
+    # second job runs the rest.
+    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=12)])
+    spec = write_spec(specs, "sl-time", 5, provider="replay", replay=str(replies))
+    spec.write_text(spec.read_text().replace("wall: 60s", "wall: 30s").replace(
+        "cpu: 30s", "cpu: 20s"))
+    _with_executor(spec, "time: 3m")
+    result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env,
+                      timeout=600)
+    document = report(result)
+    assert result.returncode == 0, (document, result.stderr)
+    paths = lineage_paths(tmp_path / "state", "sl-time")
+    assert_invariant(paths, 5)
+    requeued = [e for e in _events(tmp_path) if e["event"] == "job-requeued"]
+    assert requeued, _events(tmp_path)
+    ran = [e for e in _events(tmp_path) if e["event"] == "generation"]
+    assert sorted(e["generation"] for e in ran) == [1, 2, 3, 4, 5]
+    assert len({e["executor_job"] for e in ran}) >= 2
+    assert document["lineages"][0]["generations_run"] == 5
+
+
+def test_one_interrupt_detaches_and_the_job_goes_on(specs: Path, env: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=6)])
+    _with_executor(write_spec(specs, "sl-det", 3, provider="replay", replay=str(replies)))
+    process = subprocess.Popen(
+        ouro_argv("apply", "--yes", "--executor", "slurm", str(specs)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(lambda: _started(tmp_path, "sl-det", 1))
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "goes on without this apply" in err
+    paths = lineage_paths(tmp_path / "state", "sl-det")
+    _wait_for(lambda: len(observation_numbers(paths)) == 3, timeout=180)
+    _wait_for(lambda: not (paths.git_dir.parent / "sl-det.git.ouro-lock.json").exists())
+    assert_invariant(paths, 3)
+    again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    assert again.returncode == 0, again.stderr
+    assert report(again)["lineages"][0]["generations_run"] == 0
+
+
+def test_two_interrupts_cancel_the_jobs(specs: Path, env: dict[str, str],
+                                        tmp_path: Path) -> None:
+    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=30)])
+    _with_executor(write_spec(specs, "sl-stop", 3, provider="replay", replay=str(replies)))
+    process = subprocess.Popen(
+        ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(lambda: _started(tmp_path, "sl-stop", 2))
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    job = next(e["executor_job"] for e in _events(tmp_path) if e["event"] == "job-submitted")
+    assert _job_state(job) in ("CANCELLED", ""), _job_state(job)
+    paths = lineage_paths(tmp_path / "state", "sl-stop")
+    assert observation_numbers(paths) == [1]
+    again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    assert again.returncode == 0, again.stderr
+    assert_invariant(paths, 3)
+
+
+def test_a_time_limit_too_short_for_one_generation_is_refused(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    _with_executor(write_spec(specs, "sl-short", 1), "time: 2m")
+    result = run_ouro("apply", "--yes", "--executor", "slurm", str(specs), env=env)
+    assert result.returncode == 1
+    assert "spec.executor.slurm.time 120s is too short" in result.stderr
+    assert f"{specs / 'sl-short.yaml'}:1" in result.stderr
+    assert not (tmp_path / "state" / "sl-short.git").exists()
+
+
+def test_an_unknown_partition_is_refused_naming_the_spec(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    _with_executor(write_spec(specs, "sl-part", 1), "time: 10m, partition: no-such-part")
+    result = run_ouro("apply", "--yes", "--executor", "slurm", str(specs), env=env)
+    assert result.returncode == 1
+    assert f"{specs / 'sl-part.yaml'}:1: spec.executor.slurm.partition no-such-part" in (
+        result.stderr)
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "state" / "sl-part.git").exists()
+
+
+def test_sbatch_refusing_a_job_is_an_error_of_that_lineage(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    _with_executor(write_spec(specs, "sl-acct", 1), 'time: 10m, sbatch: ["--gres=nosuch:1"]')
+    _with_executor(write_spec(specs, "sl-fine", 1))
+    result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    assert result.returncode == 1
+    document = report(result)
+    bad = next(item for item in document["lineages"] if item["name"] == "sl-acct")
+    assert any("sbatch refused the job of sl-acct" in e for e in bad["errors"]), bad
+    assert "Traceback" not in result.stderr
+    assert_invariant(lineage_paths(tmp_path / "state", "sl-fine"), 1)
+
+
+def test_doctor_runs_a_life_in_a_job(env: dict[str, str]) -> None:
+    result = run_ouro("doctor", "--executor", "slurm", env=env, timeout=300)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "a life in the sandbox" in result.stdout
+    assert "ceilings by" in result.stdout
+    assert "on node" in result.stdout
