@@ -83,12 +83,13 @@ def _mount_of(path: Path, mountinfo: str) -> tuple[str, str, set[str]]:
     return best
 
 
-def _existing(path: Path) -> Path:
-    """The deepest existing folder at or above path, resolved (the lineage may not exist)."""
-    current = Path(os.path.abspath(path))
+def _resolved(path: Path) -> Path:
+    """path with its existing part's symlinks resolved (the lineage may not exist yet)."""
+    current, rest = Path(os.path.abspath(path)), []
     while not current.exists() and current != current.parent:
+        rest.append(current.name)
         current = current.parent
-    return current.resolve()
+    return current.resolve().joinpath(*reversed(rest))
 
 
 def classify(fstype: str, options: set[str]) -> tuple[Scope, str]:
@@ -114,7 +115,7 @@ def classify(fstype: str, options: set[str]) -> tuple[Scope, str]:
 
 def lock_trust(path: Path, *, mountinfo: str | None = None) -> LockTrust:
     """How far a lineage lock under ``path`` can be trusted."""
-    where = _existing(path)
+    where = _resolved(path)
     if mountinfo is None:
         try:
             mountinfo = MOUNTINFO.read_text(encoding="utf-8", errors="replace")
