@@ -217,7 +217,7 @@ def main() -> int:
         "reconciler.spec.load", fromlist=["load_specs"]).load_specs([root / "specs"]))
     log_warm, generations = best(options.rounds, lambda: log_now(paths, cache))
     log_cli, result = best(options.rounds, lambda: ouro(
-        "log", names[0], "--specs", str(root / "specs"), env=env))
+        "log", names[0], "--specs", str(root / "specs" / f"{names[0]}.yaml"), env=env))
     if generations != options.generations or result.returncode != 0:
         problems.append(f"log: {generations} rows, exit {result.returncode} {result.stderr}")
     print(f"log of {generations} generations, warm: in-process {log_warm:.3f} s; "
