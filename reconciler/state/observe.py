@@ -16,12 +16,13 @@ repositories is ``ouro verify``'s job.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -230,6 +231,22 @@ class _Problems:
         self.items.append(ReadProblem(code, message))
 
 
+def _records_agree(paths: LineagePaths, lin: _LineageRead, obs: _ObservationRead,
+                   problems: _Problems) -> bool:
+    """Do the branches the lineage records provably equal ``paths``', from what was read?
+
+    Then ``recorded_branches`` need not read them again: both branches were found and
+    are checked out, and the observation metadata read (on the branch HEAD names) names
+    exactly them, which is what ``recorded_branches`` would return.
+    """
+    if lin.head is None or obs.head is None or any(
+            p.code == "branch-mismatch" for p in problems.items):
+        return False
+    meta = obs.metadata or {}
+    return (meta.get("lineage_branch"), meta.get("observation_branch")) == (
+        paths.branch, paths.observation_branch)
+
+
 def _check_recorded(paths: LineagePaths, recorded: Recorded, problems: _Problems) -> None:
     """A branch the spec names that is not the one the lineage records: refuse, naming both."""
     for label, want, have, source in (
@@ -261,7 +278,7 @@ class _LineageRead:
 
 
 def _read_lineage_repo(
-    paths: LineagePaths, problems: _Problems, recorded: Recorded
+    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
 ) -> _LineageRead:
     read = _LineageRead()
     repo = _open(paths.git_dir, bare=True)
@@ -279,7 +296,7 @@ def _read_lineage_repo(
             + (f" (HEAD is on {read.head_branch!r})" if read.head_branch else ""),
         )
         # Refused, but what the lineage is is still reported: read the branch holding it.
-        for other in dict.fromkeys((recorded.lineage, read.head_branch)):
+        for other in dict.fromkeys((recorded().lineage, read.head_branch)):
             head = _branch_target(repo, other) if other else None
             if head is not None:
                 read.branch = other
@@ -425,7 +442,7 @@ class _ObservationRead:
 
 
 def _read_observation_repo(
-    paths: LineagePaths, problems: _Problems, recorded: Recorded
+    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
 ) -> _ObservationRead:
     read = _ObservationRead()
     repo = _open(paths.observations)
@@ -443,7 +460,7 @@ def _read_observation_repo(
             f"{where} has no branch {paths.observation_branch!r}"
             + (f" (HEAD is on {checked_out!r})" if checked_out else ""),
         )
-        for other in dict.fromkeys((recorded.observation, checked_out)):
+        for other in dict.fromkeys((recorded().observation, checked_out)):
             head = _branch_target(repo, other) if other else None
             if head is not None:
                 read.branch = other
@@ -858,11 +875,7 @@ def observe(paths: LineagePaths) -> Observed:
     dirty: tuple[str, ...] = ()
     interrupted: Interrupted | None = None
     try:
-        recorded = (
-            recorded_branches(paths) if git_dir_exists or observations_exist
-            else Recorded(None, None)
-        )
-        _check_recorded(paths, recorded, problems)
+        recorded = functools.cache(lambda: recorded_branches(paths))  # read only if needed
         if git_dir_exists:
             lin = _read_lineage_repo(paths, problems, recorded)
         if observations_exist:
@@ -886,6 +899,9 @@ def observe(paths: LineagePaths) -> Observed:
             _check_root(lin, paths, problems)
             interrupted = _interrupted(paths, lin, obs, generations,
                                        last.commit if last is not None else None, problems)
+        if (git_dir_exists or observations_exist) and not _records_agree(
+                paths, lin, obs, problems):
+            _check_recorded(paths, recorded(), problems)
         _damage(paths, problems)
         if worktree_exists and lin.head is not None and not os.path.islink(paths.worktree):
             dirty = _dirty(paths, lin, problems)

@@ -233,3 +233,22 @@ def test_verify_of_the_shared_fixture_with_unset_branches(
     code, out = run(monkeypatch, capsys, "verify", specs)
     assert code == 0, out
     assert "fixture: consistent (5 generations, 5 observations)" in out
+
+
+def test_observe_reads_the_records_again_only_when_they_may_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.state import observe as observe_module
+
+    calls: list[LineagePaths] = []
+    real = observe_module.recorded_branches
+
+    def counting(paths: LineagePaths) -> object:
+        calls.append(paths)
+        return real(paths)
+
+    monkeypatch.setattr(observe_module, "recorded_branches", counting)
+    built = peer(tmp_path)
+    assert observe(built.paths).problems == () and calls == []  # all read agrees
+    seen = observe(folder_paths(tmp_path, "peer", branch="lineage-peer"))
+    assert calls and any("records branch 'peer'" in p.message for p in seen.problems)
