@@ -118,6 +118,9 @@ def export_command(
     summaries = []
     for _paths, summary in _summaries(names, specs, state_dir):
         summaries.append(summary)
+    for summary in summaries:
+        for problem in summary.problems:
+            print(f"ouro export: {summary.name}: {problem}", file=sys.stderr)
     text = export_text(summaries, fmt)
     if out is None:
         sys.stdout.write(text)

@@ -155,14 +155,19 @@ def _record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+def _range(summary: LineageSummary) -> str:
+    if not summary.generations:
+        problems = f": {summary.problems[0]}" if summary.problems else ""
+        return f"it has none yet{problems}"
+    return f"it has {summary.generations}: 1..{summary.generations}"
+
+
 def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> GenerationDetail:
     """Everything ``ouro show`` and the viewer show of one generation."""
     row = summary.row(generation)
     if row is None:
-        raise StateError(
-            f"ouro: lineage {summary.name} has no generation {generation} "
-            f"(it has {summary.generations}: 1..{summary.generations})"
-        )
+        raise StateError(f"ouro: lineage {summary.name} has no generation {generation} "
+                         f"({_range(summary)})")
     repo = _lineage_repo(paths)
     commit = _commit(repo, row.lineage_commit)
     previous = _previous(repo, summary, generation)
@@ -195,7 +200,7 @@ def diff_generations(paths: LineagePaths, summary: LineageSummary, first: int,
         row = summary.row(number)
         if row is None:
             raise StateError(f"ouro: lineage {summary.name} has no generation {number} "
-                             f"(it has 0..{summary.generations}; 0 is the seed)")
+                             f"({_range(summary)}; 0 is the seed)")
         commits.append(_commit(repo, row.lineage_commit))
     new = commits[1]
     if new is None:

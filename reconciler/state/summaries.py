@@ -650,7 +650,13 @@ def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool) -> Line
     if cached is not None and fresh and (cached.sized or not sized):
         return cached
     if repo is None or head is None:
-        return LineageSummary(paths.name, (), None, heads[1], "0", None, 0)
+        if not os.path.lexists(paths.git_dir):
+            return LineageSummary(paths.name, (), None, heads[1], "0", None, 0)
+        what = ("is not a readable git repository" if repo is None
+                else f"has no readable branch {paths.branch!r}")
+        return LineageSummary(paths.name, (), None, heads[1], "0", None, 0, problems=(
+            f"lineage {paths.name}: its repositories cannot be read ({paths.git_dir} {what}); "
+            "run `ouro verify` or `git fsck` on it",))
     problems: list[str] = []
     walk = _walk(repo, head, cached)
     base: list[GenerationRow] = []
