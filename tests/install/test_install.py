@@ -243,6 +243,9 @@ def test_a_built_wheel_installs_and_applies_the_default_fleet(
     status = subprocess.run([ouro, "status", "--json", "specs/"], cwd=work, env=env,
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
+    version = subprocess.run([ouro, "--version"], cwd=work, env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert f"instrument commit: {expected}" in version.stdout, version.stdout + version.stderr
     for name in ("scribe", "quiet"):
         lineage = tmp_path / "state" / f"{name}.git"
         repo = pygit2.Repository(str(lineage))
