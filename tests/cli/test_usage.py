@@ -157,3 +157,14 @@ def test_verify_help_states_the_engines_default_timeout() -> None:
 
     wide = {**os.environ, "COLUMNS": "300"}
     assert f"(default: {DEFAULT_TIMEOUT:g})" in ouro("verify", "-h", env=wide).stdout
+
+
+def test_install_completion_writes_the_users_bash_completion(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", '"$0" -c "$1" --install-completion; exit $?',
+                           sys.executable, MAIN], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "ouro.sh"
+    assert "_OURO_COMPLETE=complete_bash" in script.read_text()
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
