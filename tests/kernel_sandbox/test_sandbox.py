@@ -213,7 +213,7 @@ def run(tmp_path: Path, organism: str, ceilings: Ceilings = CEILINGS,
         cancel: threading.Event | None = None, extra: dict[str, bytes] | None = None,
         ) -> SandboxResult:
     return run_sandbox(kernel_dir=kernel_dir(tmp_path, organism, extra), ceilings=ceilings,
-                       scope_name=f"{SCOPE_PREFIX}{uuid.uuid4().hex[:12]}", cancel=cancel)
+                       scope_name=f"test-sbx-{uuid.uuid4().hex[:12]}{SCOPE_SUFFIX}", cancel=cancel)
 
 
 def files(result: SandboxResult) -> dict[str, bytes]:
@@ -594,8 +594,9 @@ def test_archive_limit_covers_a_full_worktree() -> None:
     assert limit > CEILINGS.worktree_bytes + CEILINGS.worktree_files * 512
 
 
-# This process's scopes only: another test run on the same host has its own.
-SCOPE_PREFIX = f"test-sbx-{os.getpid()}-"
+# Scopes end in ".<pid>" like the kernel's own: another kernel's sweep on this host
+# keeps them while this process lives, and this check looks at this process's only.
+SCOPE_SUFFIX = f".{os.getpid()}"
 
 
 @pytest.fixture(autouse=True)
@@ -605,6 +606,6 @@ def _no_leftover_cgroups() -> Iterator[None]:
     for controller in ("memory", "pids"):
         parent = mounts.v1.get(controller)
         if parent is not None and (parent / "ouro").is_dir():
-            leftovers = [p.name for p in (parent / "ouro").iterdir()
-                         if p.is_dir() and p.name.startswith(SCOPE_PREFIX)]
+            leftovers = [p.name for p in (parent / "ouro").iterdir() if p.is_dir()
+                         and p.name.startswith("test-sbx-") and p.name.endswith(SCOPE_SUFFIX)]
             assert leftovers == []
