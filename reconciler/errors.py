@@ -6,6 +6,7 @@
     ├── StateError              a lineage's repositories cannot be read as a lineage
     ├── PlanFileError           a saved plan is unreadable or stale
     ├── LockError               another apply holds a lineage
+    ├── KernelStoreError        the kernel store cannot be read or written, or an entry is damaged
     └── ApplyError              apply refused or failed as a whole
 
 Kernel errors (``reconciler.kernel.errors``) stay the kernel's own; the
@@ -61,6 +62,11 @@ class PlanFileError(OuroError):
 
 class LockError(OuroError):
     """One apply per lineage at a time."""
+
+
+class KernelStoreError(OuroError):
+    """A stored kernel is run only when its files are exactly its fingerprint; the store
+    must be writable before a kernel births or extends a lineage."""
 
 
 class ApplyError(OuroError):

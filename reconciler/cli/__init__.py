@@ -21,7 +21,18 @@ from typing import Annotated
 
 import typer
 
-from reconciler.cli import apply, doctor, history, plan, schema, status, validate, verify, view
+from reconciler.cli import (
+    apply,
+    doctor,
+    history,
+    kernel,
+    plan,
+    schema,
+    status,
+    validate,
+    verify,
+    view,
+)
 from reconciler.errors import OuroError
 
 app = typer.Typer(
@@ -71,7 +82,7 @@ def _root(
     """Declarative lineages of self-modifying programs: plan and apply them."""
 
 
-for _module in (validate, schema, plan, status, apply, verify, doctor, history, view):
+for _module in (validate, schema, plan, status, apply, verify, doctor, history, view, kernel):
     _module.register(app)
 
 

@@ -27,7 +27,7 @@ def plan_command(
     state_dir: StateDir = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
-    from reconciler.plan import make_plan
+    from reconciler.engine.kernels import default_store, plan_fleet
     from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan
     from reconciler.spec.load import load_specs
@@ -46,8 +46,8 @@ def plan_command(
     except SelectorError as error:
         raise OuroError(f"ouro plan: {error}") from None
     identity = instrument.current()
-    plan = make_plan([(spec, observe(spec_paths(spec))) for spec in specs], identity,
-                     preflight=provider_problem)
+    plan = plan_fleet([(spec, observe(spec_paths(spec))) for spec in specs], identity,
+                      default_store(state_dir), preflight=provider_problem)
     if out is not None:
         save_plan(plan, out, specs)
     if as_json:

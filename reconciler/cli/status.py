@@ -32,6 +32,7 @@ def status_command(
 ) -> None:
     """What each lineage is now: generations, outcomes, deaths, spend, journal, heads,
     labels, where it lives, and whether another apply is running it."""
+    from reconciler.engine.kernels import default_store, lineage_kernel
     from reconciler.report.render import StatusLine, print_status, status_json
     from reconciler.spec.select import SelectorError, parse
     from reconciler.spec.select import select as choose
@@ -51,12 +52,14 @@ def status_command(
     except SelectorError as error:
         raise OuroError(f"ouro status: {error}") from None
     cache = summary_cache_dir(state_dir)
+    store = default_store(state_dir)
     lines = []
     for named in found:
         observed = observe(named.paths)
         lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
                                 paths=named.paths, labels=named.labels,
-                                running=observed.running))
+                                running=observed.running,
+                                kernel=lineage_kernel(named.name, observed, store)))
     if as_json:
         sys.stdout.write(status_json(lines))
     elif lines:

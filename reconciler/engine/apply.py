@@ -29,6 +29,7 @@ from tenacity import (
     wait_random,
 )
 
+from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
 from reconciler.errors import ApplyError, OuroError
@@ -39,7 +40,8 @@ from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
-from reconciler.state.observe import observe
+from reconciler.state.kernels import KernelStore
+from reconciler.state.observe import Observed, observe
 from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4
@@ -166,6 +168,23 @@ class Engine:
     events: EventLog
     lock_timeout: float
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
+    store: KernelStore | None = None  # the kernel store (None: the default state dir's)
+
+    def kernel_store(self) -> KernelStore:
+        if self.store is None:
+            self.store = engine_kernels.default_store()
+        return self.store
+
+    def _plan(self, spec: LoadedSpec, observed: Observed) -> LineagePlan:
+        facts = engine_kernels.facts_for(spec, observed, self.identity, self.kernel_store())
+        return plan_lineage(spec, observed, self.identity, preflight=provider_problem,
+                            kernel=facts)
+
+    def _kernel(self, current: LineagePlan, observed: Observed) -> engine_kernels.LineageKernel:
+        """The lineage's chosen kernel, ready: every kernel is in the store before it
+        births, recovers or extends a lineage."""
+        return engine_kernels.prepare(self.kernel_store(), self.identity, current.kernel,
+                                      observed.lineage_metadata)
 
     def run(
         self, jobs: Sequence[tuple[LoadedSpec, LineagePlan]], parallel: int
@@ -193,11 +212,10 @@ class Engine:
         return results
 
     def run_lineage(self, spec: LoadedSpec, planned: LineagePlan) -> LineageResult:
-        from reconciler.kernel import lineage, recovery
-
         result = LineageResult(
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
         )
+        kernel: engine_kernels.LineageKernel | None = None
         try:
             places = spec.paths()
             with LineageLock(spec.name, places.git_dir, timeout=self.lock_timeout,
@@ -205,17 +223,17 @@ class Engine:
                              ) as lock:
                 paths = spec_paths(spec)  # under the lock: the branches as they are now
                 observed = observe(paths)
-                current = plan_lineage(spec, observed, self.identity, preflight=provider_problem)
+                current = self._plan(spec, observed)
                 if current.action == "recover":
-                    report = recovery.recover(paths)
+                    kernel = self._kernel(current, observed)
+                    report = kernel.recover(paths)
                     result.recovered = str(report)
                     self.events.emit("recovered", lineage=spec.name, report=str(report))
                     self.reporter.note(
                         f"{spec.name}: recovered an interrupted generation ({report})"
                     )
                     observed = observe(paths)
-                    current = plan_lineage(spec, observed, self.identity,
-                                           preflight=provider_problem)
+                    current = self._plan(spec, observed)
                 if current.action == "refuse":
                     lock.untouched = result.recovered is None  # left as it was found
                     result.refusal, result.refusals = current.message, current.refusals
@@ -236,14 +254,21 @@ class Engine:
                     return self._finish(spec, result, current)
                 # (a missing key or replay folder was refused by the plan, before creating)
                 api_key = preflight.api_key(spec.model())
-                if current.action == "create":
-                    if not self.limits.may_continue():
-                        return self._finish(spec, result, current)
+                if current.action == "create" and not self.limits.may_continue():
+                    return self._finish(spec, result, current)
+                if current.pending and kernel is None:
+                    kernel = self._kernel(current, observed)
+                if current.action == "create" and kernel is not None:
                     for attempt in _retrying():
                         with attempt:
-                            lineage.init_lineage(paths, self.identity)
-                    self.events.emit("created", lineage=spec.name, path=str(paths.worktree))
-                self._run_generations(spec, current, result, api_key)
+                            kernel.birth(paths)
+                    self.events.emit("created", lineage=spec.name, path=str(paths.worktree),
+                                     kernel=kernel.ran_with["kernel"])
+                if kernel is not None:
+                    self._run_generations(spec, current, result, api_key, kernel)
+                else:
+                    self.reporter.lineage_started(spec.name, current.observed_generations,
+                                                  current.desired_generations)
         except kernel_errors.DamageError as error:  # a damaged place: a refusal, with its repair
             result.refusal = str(error)
             self.events.emit("refused", lineage=spec.name, reason=error.reason, message=str(error))
@@ -258,10 +283,14 @@ class Engine:
             result.errors.append(message)
             self.events.emit("error", lineage=spec.name, error=message,
                              kind=type(error).__name__)
+        finally:
+            if kernel is not None:
+                kernel.close()
         return self._finish(spec, result)
 
     def _run_generations(
-        self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None
+        self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
+        kernel: engine_kernels.LineageKernel,
     ) -> None:
         from reconciler.kernel import generation
 
@@ -281,9 +310,8 @@ class Engine:
             try:
                 for attempt in _retrying():
                     with attempt:
-                        outcome = generation.run_generation(
+                        outcome = kernel.generation(
                             paths=paths,
-                            identity=self.identity,
                             model=model,
                             ceilings=ceilings,
                             api_key=api_key,
@@ -306,6 +334,7 @@ class Engine:
                 outcome=outcome.outcome,
                 lineage_commit=outcome.lineage_commit,
                 spend_usd=str(outcome.accounted_usd),
+                kernel=kernel.source,
             )
             self.reporter.generation_finished(
                 spec.name, outcome.generation, outcome.outcome, outcome.accounted_usd
@@ -318,8 +347,7 @@ class Engine:
         """Where the lineage is now: ``unchanged`` when it is the plan made under the lock and
         nothing was written since (no observe again), else observed and planned afresh."""
         try:
-            final = unchanged or plan_lineage(spec, observe(spec_paths(spec)), self.identity,
-                                              preflight=provider_problem)
+            final = unchanged or self._plan(spec, observe(spec_paths(spec)))
             result.final_action = final.action
             result.final_generations = final.observed_generations
         except OuroError as error:

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.apply import (
     Engine,
     Limits,
@@ -36,7 +37,7 @@ from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.kernel.config import Identity
-from reconciler.plan import LineagePlan, Plan, make_plan
+from reconciler.plan import LineagePlan, Plan
 from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
 from reconciler.spec.load import LoadedSpec, load_specs
 from reconciler.spec.load import state_dir as resolve_state_dir
@@ -159,8 +160,9 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
         specs = load_specs(paths, state_dir=request.state_dir)
     specs = _selected(specs, request.select)
     observed = {spec.name: observe(spec_paths(spec)) for spec in specs}
-    plan = make_plan([(spec, observed[spec.name]) for spec in specs], identity,
-                     preflight=provider_problem)
+    plan = engine_kernels.plan_fleet([(spec, observed[spec.name]) for spec in specs], identity,
+                                     engine_kernels.default_store(request.state_dir),
+                                     preflight=provider_problem)
     if saved is not None:
         stale = check_fresh(
             saved, observed, instrument=identity, spec_digests={s.name: s.sha256 for s in specs}
@@ -219,7 +221,8 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     events = EventLog(resolve_state_dir(request.state_dir) / EVENTS_FILE)
     audits = AuditBatches()
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
-                    lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done)
+                    lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
+                    store=engine_kernels.default_store(request.state_dir))
     runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     jobs = [*runnable, *to_check]

@@ -65,7 +65,11 @@ START_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
 KEYED = ("anthropic", "openai")
 HTTP_PROVIDERS = ("anthropic", "openai", "openai-compatible")
-PROCESS_MODULE = "reconciler.kernel.broker_process"  # the child's side
+# The child's side, named from this package's own name: the kernel runs under any package
+# name (``reconciler.kernel`` here, ``ouro_kernel_<fingerprint>`` from the kernel store).
+PROCESS_MODULE = f"{__package__}.broker_process"
+# The folder the package's top level is in: the child runs there, so ``-m`` finds this copy.
+PACKAGE_ROOT = Path(__file__).resolve().parents[(__package__ or "").count(".") + 1]
 
 MESSAGES = {400: "invalid request", 402: "generation spending budget exhausted",
             502: "model unavailable"}
@@ -220,12 +224,13 @@ class Broker:
             "TMPDIR": str(private_dir / "tmp"),
             "LANG": "C.UTF-8",
         }
-        package_root = Path(__file__).resolve().parents[2]
         try:
             process = subprocess.Popen(
-                [sys.executable, "-E", "-m", PROCESS_MODULE],
+                # -B passed on: a stored (read-only, verified) kernel gets no byte code added
+                [sys.executable, "-E", *(["-B"] if sys.dont_write_bytecode else []), "-m",
+                 PROCESS_MODULE],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=environment, cwd=package_root, close_fds=True, start_new_session=True,
+                env=environment, cwd=PACKAGE_ROOT, close_fds=True, start_new_session=True,
             )
         except OSError as exc:
             raise TransientError(f"kernel: cannot start the model broker: {exc}") from exc

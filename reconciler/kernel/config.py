@@ -22,6 +22,13 @@ OBSERVATIONS_SCHEMA = "ouroboros-observations/v1"
 GENERATION_SCHEMA = "ouroboros-generation-observation/v1"
 MODEL_CALL_SCHEMA = "ouroboros-model-call/v1"
 CAPABILITIES_SCHEMA = "ouroboros-kernel-capabilities/v1"
+# The kernel's entry point (``python -m <kernel package>``, docs/kernel-entry.md): the
+# request it reads on stdin and the outcome it writes on stdout.
+ENTRY_REQUEST_SCHEMA = "ouro-kernel-request/v1"
+ENTRY_OUTCOME_SCHEMA = "ouro-kernel-outcome/v1"
+# ouro's added key in both metadata files: the request schema the birth kernel's entry
+# point speaks (absent: born before pinned kernels, extended only by an identical kernel).
+ENTRY_METADATA_KEY = "ouro_kernel_entry"
 
 METADATA_FILE = ".ouroboros-lineage.json"
 JOURNAL_FILE = "journal.md"

@@ -38,7 +38,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -534,10 +534,12 @@ def _observation(
     spend: Decimal,
     provenance: Provenance | None,
     cursor: int,
+    ran_with: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The generation's observation record: CONTRACT.md's fields in the original's order,
-    then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection, and
-    replay_cursor: model calls answered 200 in this lineage through this generation)."""
+    then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection,
+    replay_cursor: model calls answered 200 in this lineage through this generation, and
+    ran_with: the kernel, control plane and versions, as the control plane gave them)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -564,6 +566,7 @@ def _observation(
         "accounted_usd": str(spend),
         "rejection": outcome.rejection,
         "replay_cursor": cursor + _successes(calls),
+        "ran_with": dict(ran_with) if ran_with is not None else None,
     }
 
 
@@ -578,6 +581,7 @@ def run_generation(
     cancel: threading.Event | None = None,
     kill_point: Callable[[str], None] | None = None,
     runtime: Runtime | None = None,
+    ran_with: Mapping[str, Any] | None = None,
 ) -> GenerationOutcome:
     """Run and publish one generation, or raise having published nothing.
 
@@ -594,6 +598,7 @@ def run_generation(
         return _generation(
             paths=paths, identity=identity, model=model, ceilings=ceilings, api_key=api_key,
             provenance=provenance, cancel=cancel, kill_point=kill_point, runtime=runtime,
+            ran_with=ran_with,
         )
     except (OSError, pygit2.GitError) as exc:
         raise faults.translate(exc, paths, (recovery.kernel_temp_root(),)) from exc
@@ -614,6 +619,7 @@ def _generation(
     cancel: threading.Event | None,
     kill_point: Callable[[str], None] | None,
     runtime: Runtime | None,
+    ran_with: Mapping[str, Any] | None,
 ) -> GenerationOutcome:
     """``run_generation`` itself, its host faults not yet named.
 
@@ -685,7 +691,7 @@ def _generation(
             paths=paths, state=state, head=head, edited=edited, generation=n, cursor=cursor,
             marker=marker, parts=parts, model=model, ceilings=ceilings,
             constraints=constraints, provenance=provenance, cancel=cancel, hook=hook,
-            runtime=runtime, started_at=started_at, clock=clock,
+            runtime=runtime, started_at=started_at, clock=clock, ran_with=ran_with,
         ))
     except BaseException as exc:
         parts.stop()
@@ -732,6 +738,7 @@ class _Attempt:
     runtime: Runtime
     started_at: str
     clock: float  # time.monotonic() when run_generation began
+    ran_with: Mapping[str, Any] | None = None  # recorded as the observation's ``ran_with``
 
 
 def _run(attempt: _Attempt) -> GenerationOutcome:
@@ -786,6 +793,7 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
         duration_ms=int((time.monotonic() - attempt.clock) * 1000), result=result,
         outcome=outcome, commit=commit_id, model=attempt.model, constraints=attempt.constraints,
         calls=calls, spend=spend, provenance=attempt.provenance, cursor=attempt.cursor,
+        ran_with=attempt.ran_with,
     )
     data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
     obs_path = observation_path(n)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -24,13 +25,23 @@ def trusted_files(kernel_dir: Path = KERNEL_DIR) -> list[Path]:
     )
 
 
-def fingerprint(kernel_dir: Path = KERNEL_DIR) -> str:
+def is_trusted_name(name: str) -> bool:
+    """Is a file of this name (in the kernel's folder) part of the physics?"""
+    return "/" not in name and name.endswith(TRUSTED_SUFFIXES)
+
+
+def fingerprint_of(files: Mapping[str, bytes]) -> str:
+    """The fingerprint of a kernel given as ``{file name: bytes}`` (trusted names only)."""
     digest = hashlib.sha256()
-    for path in trusted_files(kernel_dir):
-        for part in (path.name.encode("utf-8"), path.read_bytes()):
+    for name in sorted(files):
+        for part in (name.encode("utf-8"), files[name]):
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
     return digest.hexdigest()
+
+
+def fingerprint(kernel_dir: Path = KERNEL_DIR) -> str:
+    return fingerprint_of({path.name: path.read_bytes() for path in trusted_files(kernel_dir)})
 
 
 def is_object_id(text: str) -> bool:

@@ -24,6 +24,8 @@ import pygit2
 from pygit2.enums import RepositoryInitFlag as InitFlag
 
 from .config import (
+    ENTRY_METADATA_KEY,
+    ENTRY_REQUEST_SCHEMA,
     JOURNAL_FILE,
     LINEAGE_SCHEMA,
     METADATA_FILE,
@@ -73,9 +75,11 @@ def lineage_metadata(identity: Identity, seed_digest: str) -> dict[str, Any]:
 
 
 def _instrument(identity: Identity, seed_digest: str) -> dict[str, str]:
-    """The ``INSTRUMENT_KEYS`` of both metadata files."""
-    return dict(zip(INSTRUMENT_KEYS, (identity.repository, identity.ref, identity.commit,
+    """The ``INSTRUMENT_KEYS`` of both metadata files, then ouro's addition: the entry
+    point of the kernel that must extend the lineage (``ENTRY_METADATA_KEY``)."""
+    keys = dict(zip(INSTRUMENT_KEYS, (identity.repository, identity.ref, identity.commit,
                                       identity.fingerprint, seed_digest), strict=True))
+    return {**keys, ENTRY_METADATA_KEY: ENTRY_REQUEST_SCHEMA}
 
 
 def observation_metadata(

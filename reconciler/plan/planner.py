@@ -16,12 +16,13 @@ module that reads repositories.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol, get_args
 
 from reconciler.kernel.config import (
+    ENTRY_METADATA_KEY,
     FREE,
     Ceilings,
     Identity,
@@ -30,6 +31,7 @@ from reconciler.kernel.config import (
     constraints_manifest,
 )
 from reconciler.kernel.formats import INSTRUMENT_KEYS
+from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 
 __all__ = [
@@ -58,6 +60,9 @@ Reason = Literal[
     "partial-paths",
     "instrument-commit-drift",
     "fingerprint-drift",
+    "foreign-kernel",
+    "kernel-unavailable",
+    "kernel-damaged",
     "observation-disagrees",
     "unbalanced",
     "damaged",
@@ -66,7 +71,7 @@ Reason = Literal[
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
-_SHARED_METADATA = INSTRUMENT_KEYS
+_SHARED_METADATA = (*INSTRUMENT_KEYS, ENTRY_METADATA_KEY)
 
 
 class ProblemLike(Protocol):
@@ -181,6 +186,7 @@ class LineagePlan:
     labels: dict[str, str] = field(default_factory=dict)  # the spec's metadata.labels
     # "running in apply pid N on HOST, generation K" while another apply holds it
     running: str | None = None
+    kernel: KernelChoice | None = None  # which kernel runs it (None: this ouro's, unresolved)
 
     @property
     def pending(self) -> bool:
@@ -234,6 +240,22 @@ def _pin(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
     return (
         f"lineage {spec.name}: the spec pins instrument {_short(wanted)}; this ouro is "
         f"{_short(me.commit)}: " + remedy("spec-pin-mismatch", wanted=_short(wanted))
+    )
+
+
+def _lineage_pin(spec: PlanSpec, observed: ObservedState) -> str | None:
+    """A pin chooses the kernel of new lineages; an existing one must have been born under it."""
+    pin = spec.instrument_pin
+    if not pin:
+        return None
+    wanted = pin.strip().lower()
+    born = (observed.lineage_metadata or {}).get("instrument_commit")
+    if isinstance(born, str) and (born == wanted or (len(wanted) >= 7
+                                                     and born.startswith(wanted))):
+        return None
+    return (
+        f"lineage {spec.name}: the spec pins instrument {_short(wanted)}, but the lineage was "
+        f"born under {_short(born)}: " + remedy("spec-pin-mismatch/existing")
     )
 
 
@@ -327,20 +349,36 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
 )
 
 
+# With the lineage's kernel chosen (``plan.kernels``), the choice replaces these checks,
+# at their place in the order.
+_KERNEL_CHECKS: tuple[Reason, ...] = ("instrument-commit-drift", "fingerprint-drift")
+
+
 def refusals(
-    spec: PlanSpec, observed: ObservedState, me: Identity, provider_problem: str | None = None
+    spec: PlanSpec, observed: ObservedState, me: Identity, provider_problem: str | None = None,
+    choice: KernelChoice | None = None,
 ) -> tuple[Refusal, ...]:
     """Every reason apply would refuse this lineage for, in ``_REFUSAL_ORDER``. Pure.
 
-    A lineage none of whose places exist is only checked against the spec's pin:
-    the rest are facts about an existing lineage. ``provider_problem`` (what
+    A lineage none of whose places exist is only checked against the spec's pin
+    (with ``choice``: whether the pinned kernel can be had): the rest are facts
+    about an existing lineage. ``provider_problem`` (what
     ``reconciler.state.preflight`` found wrong with the model's configuration, for
     a lineage that has generations to run) comes last.
     """
     table = _REFUSAL_ORDER if observed.any_exists else _REFUSAL_ORDER[:1]
     found: list[Refusal] = []
     for reason, check in table:
-        message = check(spec, observed, me)
+        if choice is not None and reason == "spec-pin-mismatch":
+            message = _lineage_pin(spec, observed) if observed.any_exists else None
+            if not observed.any_exists and choice.reason is not None:
+                found.append(Refusal(choice.reason, choice.message))
+        elif choice is not None and reason in _KERNEL_CHECKS:
+            if reason == _KERNEL_CHECKS[0] and choice.reason is not None:
+                found.append(Refusal(choice.reason, choice.message))
+            continue
+        else:
+            message = check(spec, observed, me)
         if message:
             found.append(Refusal(reason, message))
     if provider_problem:
@@ -407,12 +445,18 @@ def _to_run(desired: int, observed: ObservedState) -> int:
 
 
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
-                 preflight: Preflight | None = None) -> LineagePlan:
+                 preflight: Preflight | None = None,
+                 kernel: KernelFactsLike | None = None) -> LineagePlan:
     """One lineage's action. Pure, but for ``preflight``.
 
     ``preflight`` (``reconciler.state.preflight.provider_problem``) says why the model
     could not be served here; it is asked only when generations would run. Without
     it the model's configuration is not checked (pure planning, in tests).
+
+    ``kernel``: what is known of the lineage's kernel (``state.kernels.lineage_facts``;
+    for a lineage to be created, of the kernel its spec pins). With it, the kernel is
+    chosen by ``plan.kernels.choose`` (running, store, materialized, or refused); without
+    it only this ouro's own kernel is considered (the commit and fingerprint must match).
     """
     name = spec.name
     desired = desired_generations(spec)
@@ -432,6 +476,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)
+    choice = choose(name, kernel) if kernel is not None else None
 
     def result(action: Action, message: str, *, reason: Reason | None = None,
                missing: int = 0) -> LineagePlan:
@@ -444,11 +489,11 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             interrupted=observed.interrupted.kind if observed.interrupted else None,
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
-            labels=labels, running=running,
+            labels=labels, running=running, kernel=choice,
         )
 
     problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
-    found = refusals(spec, observed, instrument, problem)
+    found = refusals(spec, observed, instrument, problem, choice)
     if found:
         first = found[0]
         return dataclasses.replace(
@@ -485,8 +530,12 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
 
 
 def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity, *,
-              preflight: Preflight | None = None) -> Plan:
-    lineages = tuple(plan_lineage(spec, observed, instrument, preflight=preflight)
+              preflight: Preflight | None = None,
+              kernels: Mapping[str, KernelFactsLike | None] | None = None) -> Plan:
+    """Every lineage's plan; ``kernels`` maps lineage names to their kernel facts."""
+    known = kernels or {}
+    lineages = tuple(plan_lineage(spec, observed, instrument, preflight=preflight,
+                                  kernel=known.get(spec.name))
                      for spec, observed in items)
     counts: dict[str, int] = {
         action: sum(1 for item in lineages if item.action == action) for action in ACTIONS

@@ -23,6 +23,10 @@ __all__ = ["REMEDIES", "foreign_instrument", "instrument_name", "remedy"]
 
 REMEDIES: Mapping[str, str] = {
     "spec-pin-mismatch": "run the ouro at {wanted}, or change spec.instrument.commit",
+    "spec-pin-mismatch/existing": (
+        "change spec.instrument.commit (a pin chooses the kernel of new lineages), or start "
+        "a new lineage"
+    ),
     "not-a-lineage": "point spec.storage at the lineage's places, or move what is there away",
     "branch-mismatch": (
         "check out the spec's branch in that repository, or set spec.storage.branch / "
@@ -42,6 +46,23 @@ REMEDIES: Mapping[str, str] = {
         "it: extend it with that instrument, or start a new lineage with ouro"
     ),
     "fingerprint-drift": "run an unmodified ouro at that commit, or start a new lineage",
+    "foreign-kernel": (
+        "ouro reads and verifies this lineage (plan, status, verify) but does not extend it "
+        "(only that identical kernel could): extend it with that instrument, or start a new "
+        "lineage with ouro"
+    ),
+    "foreign-kernel/no-kernel": "its physics are not ouro's; start a new lineage",
+    "foreign-kernel/pin": "pin an ouro commit (one with a reconciler/kernel folder)",
+    "foreign-kernel/entry": "use an ouro that speaks that entry point",
+    "kernel-unavailable": (
+        "run `{command}` (or --from a path, bundle or URL that has that commit), then "
+        "apply again"
+    ),
+    "kernel-damaged": (
+        "move the entry away (`chmod -R u+w {path} && rm -r {path}`), then `ouro kernel "
+        "fetch COMMIT` or apply again (a kernel still in the local checkout is "
+        "materialized again)"
+    ),
     "observation-disagrees": (
         "run `ouro verify`, restore the observation repo that belongs to this lineage, or "
         "start a new lineage"

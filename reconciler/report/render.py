@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from reconciler.kernel.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
+from reconciler.plan.kernels import KernelChoice
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -82,6 +83,13 @@ def _change_text(change: Change) -> str:
 # ---------------------------------------------------------------- text
 
 
+def _shows_kernel(plan: Plan, item: LineagePlan) -> bool:
+    """A kernel other than this ouro's own at its own commit is worth a line."""
+    kernel = item.kernel
+    return (kernel is not None and kernel.source is not None
+            and (kernel.source != "running" or kernel.commit != plan.instrument.commit))
+
+
 def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
     """The human plan as (line, style) pairs; ``print_plan`` writes them."""
     lines: list[tuple[str, str | None]] = []
@@ -98,6 +106,9 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
                 lines.append((f"      {refusal.reason}: {refusal.message}", None))
         elif item.action in ("refuse", "recover", "ahead"):
             lines.append((f"      {item.message}", None))
+        if _shows_kernel(plan, item):
+            assert item.kernel is not None
+            lines.append((f"      kernel: {item.kernel.message}", "cyan"))
         for change in item.changes:
             lines.append((f"      ~ {_change_text(change)}", "yellow"))
         for note in item.notes:
@@ -152,6 +163,8 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "spec_sha256": item.spec_sha256,
         "labels": dict(sorted(item.labels.items())),
         "running": item.running,
+        # which kernel runs it; null: this ouro's own (a lineage to create, no pin)
+        "kernel": item.kernel.as_json() if item.kernel is not None else None,
     }
 
 
@@ -227,6 +240,7 @@ class StatusLine:
     paths: LineagePaths | None = None  # where it lives
     labels: Mapping[str, str] = field(default_factory=dict)
     running: str | None = None  # "running in apply pid N on HOST, generation K"
+    kernel: KernelChoice | None = None  # the kernel that would extend it
 
     def places(self) -> dict[str, str] | None:
         if self.paths is None:
@@ -254,6 +268,7 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "labels": dict(sorted(line.labels.items())),
                 "places": line.places(),
                 "running": line.running,
+                "kernel": line.kernel.as_json() if line.kernel is not None else None,
             }
             for line in lines
         ],
@@ -287,5 +302,8 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         console.print(_escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
         console.print(_escape(f"  heads: lineage {report.lineage_head or '—'}, "
                              f"observations {report.observation_head or '—'}"))
+        if line.kernel is not None:
+            console.print(_escape(f"  kernel: {line.kernel.message}"),
+                          style="red" if line.kernel.source is None else None)
         for problem in report.problems:
             console.print(_escape(f"  problem: {problem}"), style="red")

@@ -44,7 +44,7 @@ def test_applying_to_the_original_instruments_lineage_changes_nothing(tmp_path: 
     result = run_ouro("apply", "--yes", "--json", str(specs), env=env_for(tmp_path))
     assert result.returncode == 1, result.stderr
     by_name = {item["name"]: item for item in report(result)["lineages"]}
-    assert [r["reason"] for r in by_name["peer"]["reasons"]] == ["instrument-commit-drift"]
+    assert [r["reason"] for r in by_name["peer"]["reasons"]] == ["foreign-kernel"]
     assert ORIGINAL.repository in by_name["peer"]["refusal"]
     assert by_name["peer"]["observed_generations"] == 3
     assert [r["reason"] for r in by_name["keyless"]["reasons"]] == ["provider-config"]
@@ -62,5 +62,5 @@ def test_the_plan_apply_prints_lists_every_reason(tmp_path: Path) -> None:
     result = run_ouro("apply", "--yes", str(specs), env=env_for(tmp_path))
     assert result.returncode == 1
     shown = result.stdout + result.stderr
-    assert "instrument-commit-drift" in shown and "provider-config" in shown
+    assert "foreign-kernel" in shown and "provider-config" in shown
     assert "does not extend" in shown

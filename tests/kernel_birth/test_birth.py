@@ -66,6 +66,8 @@ def test_birth_makes_a_normal_lineage_that_git_itself_reads(tmp_path: Path) -> N
         "instrument_commit": IDENTITY.commit,
         "instrument_fingerprint": IDENTITY.fingerprint,
         "seed_sha256": hashlib.sha256(ORGANISM.read_bytes()).hexdigest(),
+        # ouro's added key: the entry point of the kernel that must extend it
+        "ouro_kernel_entry": "ouro-kernel-request/v1",
     }
 
     observations = paths.observations
@@ -93,7 +95,8 @@ def test_files_are_formatted_like_the_original_instruments(
               original_lineage.parent / "fixture.observations" / "metadata.json")]
     for ours, theirs in pairs:
         mine, original = ours.read_text(), theirs.read_text()
-        assert list(json.loads(mine)) == list(json.loads(original))  # same keys, same order
+        # the original's keys in its order, then ouro's one addition (only keys are added)
+        assert list(json.loads(mine)) == [*json.loads(original), "ouro_kernel_entry"]
         assert mine.endswith("}\n") and original.endswith("}\n")
         assert mine.splitlines()[1].startswith('  "schema": ')
     assert (original_lineage / ".git").read_text().startswith("gitdir: ")

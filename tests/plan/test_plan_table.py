@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from reconciler.kernel.config import (
+    ENTRY_REQUEST_SCHEMA,
     Ceilings,
     Identity,
     LineagePaths,
@@ -23,6 +24,7 @@ from reconciler.kernel.config import (
     constraints_manifest,
 )
 from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
+from reconciler.state.kernels import KernelFacts, StoredKernel
 from reconciler.state.observe import Interrupted, Observed, ReadProblem
 
 PAID = Price(Decimal("5.00"), Decimal("30.00"))
@@ -97,6 +99,24 @@ class Row:
     reason: str | None = None
     missing: int = 0
     says: str = ""  # a fragment the message must contain
+    kernel: Any = None  # the lineage's kernel facts (None: only this ouro's own kernel)
+
+
+def facts(**changes: Any) -> KernelFacts:
+    """A lineage born under OTHER_COMMIT, whose kernel nobody has, with ``changes``."""
+    base = KernelFacts(
+        commit=OTHER_COMMIT, fingerprint="0" * 64, entry=ENTRY_REQUEST_SCHEMA,
+        repository="/src/ouro", metadata=dict(META), running=ME, running_entry=ENTRY_REQUEST_SCHEMA,
+        store=Path("/s"), commit_fingerprint=None, commit_known_from=None, stored=None,
+        damaged=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+OLD = {"lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT,
+                            "instrument_fingerprint": "0" * 64},
+       "observation_metadata": {**OBS_META, "instrument_commit": OTHER_COMMIT,
+                                "instrument_fingerprint": "0" * 64}}
 
 
 ROWS = [
@@ -152,6 +172,34 @@ ROWS = [
     Row("refuse-observation-names-foreign-commit", FakeSpec(),
         problem("observation-disagrees", "observation 3 names abab"), "refuse",
         "observation-disagrees", says="observation 3 names abab"),
+    Row("extend-with-the-running-kernel-of-an-identical-commit", FakeSpec(),
+        {"lineage_metadata": {**META, "instrument_commit": OTHER_COMMIT},
+         "observation_metadata": {**OBS_META, "instrument_commit": OTHER_COMMIT}},
+        "extend", missing=2, says="runs 2 more",
+        kernel=facts(fingerprint=ME.fingerprint, commit_fingerprint=ME.fingerprint,
+                     commit_known_from="checkout")),
+    Row("extend-with-the-stored-kernel", FakeSpec(), OLD, "extend", missing=2,
+        kernel=facts(stored=StoredKernel("0" * 64, OTHER_COMMIT, Path("/s/0"), "ouro_kernel_0",
+                                         ENTRY_REQUEST_SCHEMA, (), 0))),
+    Row("extend-materialized-from-the-checkout", FakeSpec(), OLD, "extend", missing=2,
+        kernel=facts(commit_fingerprint="0" * 64, commit_known_from="checkout")),
+    Row("refuse-kernel-unavailable", FakeSpec(), OLD, "refuse", "kernel-unavailable",
+        says=f"ouro kernel fetch {OTHER_COMMIT} --from /src/ouro", kernel=facts()),
+    Row("refuse-kernel-damaged", FakeSpec(), OLD, "refuse", "kernel-damaged",
+        says="is damaged", kernel=facts(damaged="ouro: kernel store entry /s/0 is damaged")),
+    Row("refuse-commit-with-another-kernel-is-fingerprint-drift", FakeSpec(), OLD, "refuse",
+        "fingerprint-drift", says="same commit, different physics",
+        kernel=facts(commit_fingerprint="1" * 64, commit_known_from="checkout")),
+    Row("refuse-foreign-kernel-without-entry-point", FakeSpec(), OLD, "refuse",
+        "foreign-kernel", says="not an ouro kernel", kernel=facts(entry=None)),
+    Row("refuse-pinned-birth-kernel-unavailable", FakeSpec(instrument_pin=OTHER_COMMIT),
+        NOTHING, "refuse", "kernel-unavailable", says="ouro kernel fetch",
+        kernel=facts(for_birth=True, fingerprint="")),
+    Row("pinned-birth-materialized", FakeSpec(instrument_pin=OTHER_COMMIT), NOTHING, "create",
+        missing=5, kernel=facts(for_birth=True, commit_fingerprint="0" * 64,
+                                commit_known_from="checkout")),
+    Row("pin-names-another-commit-than-the-lineage", FakeSpec(instrument_pin="7" * 40), OLD,
+        "refuse", "spec-pin-mismatch", says="born under", kernel=facts()),
     Row("refuse-unbalanced", FakeSpec(),
         problem("unbalanced", "3 generation commits but 1 observations"), "refuse",
         "unbalanced", says="ouro verify"),
@@ -202,7 +250,7 @@ def test_plan_row_with_preflight(row: Row) -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
 def test_plan_row(row: Row) -> None:
-    result = plan_lineage(row.spec, observed(**row.seen), ME)
+    result = plan_lineage(row.spec, observed(**row.seen), ME, kernel=row.kernel)
     assert (result.action, result.reason) == (row.action, row.reason), result.message
     assert result.missing_generations == row.missing
     assert result.max_spend_usd == row.missing * row.spec.model_config.budget_usd

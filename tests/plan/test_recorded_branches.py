@@ -150,9 +150,9 @@ def test_plan_text_json_and_markdown_of_the_original_layout(
     code, out = run(monkeypatch, capsys, "plan", specs, "--json")
     assert code == 1
     by_name = {item["name"]: item for item in json.loads(out)["lineages"]}
-    assert [r["reason"] for r in by_name["peer"]["reasons"]] == ["instrument-commit-drift"]
+    assert [r["reason"] for r in by_name["peer"]["reasons"]] == ["foreign-kernel"]
     assert [r["reason"] for r in by_name["other"]["reasons"]] == [
-        "branch-mismatch", "instrument-commit-drift"]
+        "branch-mismatch", "foreign-kernel"]
     assert by_name["other"]["reason"] == "branch-mismatch"
     assert by_name["other"]["message"] == by_name["other"]["reasons"][0]["message"]
     assert by_name["peer"]["observed_generations"] == by_name["other"]["observed_generations"] == 3
@@ -161,14 +161,14 @@ def test_plan_text_json_and_markdown_of_the_original_layout(
 
     code, out = run(monkeypatch, capsys, "plan", specs)
     assert code == 1
-    assert "refuse (instrument-commit-drift)" in out
+    assert "refuse (foreign-kernel)" in out
     assert "refuse (branch-mismatch)" in out and "3 generations observed" in out
-    assert out.count("instrument-commit-drift: lineage") == 2
+    assert out.count("foreign-kernel: lineage") == 2
     assert "branch-mismatch: lineage other" in out
 
     code, out = run(monkeypatch, capsys, "plan", specs, "--markdown")
-    assert "| `other` | `branch-mismatch`<br>`instrument-commit-drift` | 3 |" in out
-    assert "| `peer` | `instrument-commit-drift` | 3 |" in out
+    assert "| `other` | `branch-mismatch`<br>`foreign-kernel` | 3 |" in out
+    assert "| `peer` | `foreign-kernel` | 3 |" in out
 
 
 def test_the_shared_fixture_with_unset_branches(
@@ -183,7 +183,7 @@ def test_the_shared_fixture_with_unset_branches(
     code, out = run(monkeypatch, capsys, "plan", specs, "--json")
     (item,) = json.loads(out)["lineages"]
     assert code == 1
-    assert [r["reason"] for r in item["reasons"]] == ["instrument-commit-drift"]
+    assert [r["reason"] for r in item["reasons"]] == ["foreign-kernel"]
     assert item["observed_generations"] == 5
     for words in ("https://github.com/scottviteri/ouroboros", "main-with-debian-emacs-path",
                   "0b8df4c1442a055ec918cca8054cdf01f7b4ac33", "does not extend"):

@@ -1,0 +1,93 @@
+"""CLI: `ouro kernel list|fetch|prune`: the kernel store (DESIGN.md, "Pinned kernels")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from reconciler.cli.options import Json, StateDir
+from reconciler.errors import OuroError
+
+kernel_app = typer.Typer(
+    name="kernel", no_args_is_help=True,
+    help="The kernel store: every kernel that births or extends a lineage, kept exactly.",
+)
+Specs = Annotated[
+    list[Path] | None,
+    typer.Argument(help="spec files or folders whose lineages count as known (besides the "
+                   "state dir's)"),
+]
+
+
+def _size(value: int) -> str:
+    return f"{value / 1024:.0f} KiB" if value >= 1024 else f"{value} B"
+
+
+@kernel_app.command("list")
+def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir = None) -> None:
+    """Every stored kernel: fingerprint, commits, the known lineages that need it, size."""
+    from reconciler.engine.kernels import default_store, known_needs, list_store
+
+    store = default_store(state_dir)
+    rows = list_store(store, known_needs(specs or [], state_dir))
+    if as_json:
+        document = {"format_version": 1, "kind": "ouro-kernels", "store": str(store.root),
+                    "kernels": [row.as_json() for row in rows]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return
+    print(f"kernel store {store.root}: {len(rows)} kernel(s)")
+    for row in rows:
+        state = f"DAMAGED: {row.damaged}" if row.damaged else _size(row.size)
+        print(f"  {row.fingerprint[:16]}  {', '.join(c[:12] for c in row.commits) or '—'}  "
+              f"{state}  lineages: {', '.join(row.lineages) or 'none known'}")
+
+
+@kernel_app.command("fetch")
+def fetch_command(
+    commit: Annotated[str, typer.Argument(help="the commit whose kernel to fetch")],
+    source: Annotated[
+        str | None,
+        typer.Option("--from", help="a git repository path, a bundle file or a URL (default: "
+                     "the repository a known lineage records, else this ouro's checkout)"),
+    ] = None,
+    specs: Annotated[list[Path] | None, typer.Option("--specs", help="specs of lineages "
+                                                     "stored outside the state dir")] = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Put COMMIT's kernel into the store, from a repository, a bundle or a URL."""
+    from reconciler.engine.kernels import default_store, fetch, recorded_repository
+    from reconciler.state.kernels import checkout_repository
+
+    where = (source or recorded_repository(commit, specs or [], state_dir)
+             or (str(checkout_repository()) if checkout_repository() else None))
+    if where is None:
+        raise OuroError(f"ouro kernel fetch: no repository known for {commit}: pass --from "
+                        "PATH, BUNDLE or URL")
+    entry = fetch(default_store(state_dir), commit, where)
+    print(f"kernel {entry.fingerprint} of commit {entry.commit} is in {entry.path}")
+
+
+@kernel_app.command("prune")
+def prune_command(
+    specs: Specs = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would go")] = False,
+    state_dir: StateDir = None,
+) -> None:
+    """Remove stored kernels no known lineage needs (never this ouro's own)."""
+    from reconciler.engine.kernels import default_store, known_needs, prune
+    from reconciler.state import instrument
+
+    removed = prune(default_store(state_dir), known_needs(specs or [], state_dir),
+                    keep=instrument.fingerprint(), dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for row in removed:
+        print(f"{verb} {row.fingerprint[:16]} ({', '.join(c[:12] for c in row.commits)})")
+    print(f"{verb} {len(removed)} kernel(s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(kernel_app)

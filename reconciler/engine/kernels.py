@@ -1,0 +1,561 @@
+"""Writing the kernel store: the running kernel, kernels materialized from git, fetches.
+
+Rule: every write is atomic and leaves only read-only, verified entries. An
+entry is built in ``<store>/.tmp-*`` (files 0444, folders 0555), then renamed
+to ``<store>/<fingerprint>``; a commit record is written beside, then linked
+into ``<store>/commits/<commit>`` (never replaced: the first record stands).
+What is read back is verified by ``reconciler.state.kernels`` before use.
+The layout and its names live there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import platform
+import py_compile
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from reconciler import __version__
+from reconciler.engine.bundle import is_bundle, read_bundle
+from reconciler.engine.pinned import PinnedKernel
+from reconciler.errors import KernelStoreError
+from reconciler.kernel import identity as kernel_identity
+from reconciler.kernel.config import (
+    ENTRY_REQUEST_SCHEMA,
+    Ceilings,
+    Identity,
+    LineagePaths,
+    ModelConfig,
+    Provenance,
+)
+from reconciler.plan import Plan, make_plan
+from reconciler.plan.kernels import KernelChoice, choose
+from reconciler.plan.planner import Preflight
+from reconciler.state import kernels as state_kernels
+from reconciler.state.kernels import KernelStore, StoredKernel
+
+if TYPE_CHECKING:
+    from reconciler.kernel.generation import GenerationOutcome
+    from reconciler.spec.load import LoadedSpec
+    from reconciler.state.observe import Observed
+
+__all__ = [
+    "ENTRY_FILES",
+    "KERNEL_PACKAGES",
+    "LineageKernel",
+    "StoreRow",
+    "default_store",
+    "entry_schema_of",
+    "facts_for",
+    "fetch",
+    "host_versions",
+    "known_needs",
+    "lineage_kernel",
+    "list_store",
+    "materialize",
+    "plan_fleet",
+    "prepare",
+    "prune",
+    "put",
+    "record_commit",
+    "recorded_repository",
+    "remove_entry",
+    "run_record",
+    "store_running",
+]
+
+# The kernel's Python dependencies, whose versions every observation records.
+KERNEL_PACKAGES = ("pygit2", "httpx", "httpcore", "tenacity")
+
+# A kernel with these files has ouro's entry point (``python -m <package>``).
+ENTRY_FILES = ("__main__.py", "entry.py")
+_SCHEMA_LINE = re.compile(rb'^ENTRY_REQUEST_SCHEMA = "([^"\n]+)"$', re.MULTILINE)
+
+
+def _unwritable(store: KernelStore, exc: OSError) -> KernelStoreError:
+    return KernelStoreError(
+        f"ouro: cannot write the kernel store {store.root} ({exc.strerror or exc}): every "
+        "kernel keeps an exact copy of itself there before it births or extends a lineage, "
+        f"so that no upgrade loses its physics; make {store.root} writable, or set "
+        f"{state_kernels.STORE_ENV} to a writable folder (on a shared filesystem, shared by "
+        "everyone who runs these lineages)"
+    )
+
+
+def entry_schema_of(files: Mapping[str, bytes]) -> str | None:
+    """The entry-point request schema a kernel speaks, read from its files (None: none)."""
+    if not all(name in files for name in ENTRY_FILES):
+        return None
+    found = _SCHEMA_LINE.search(files.get("config.py", b""))
+    return found.group(1).decode("ascii", "replace") if found else None
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with path.open("xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o444)
+
+
+def _make_writable(path: Path) -> None:
+    for root, dirs, _ in os.walk(path):
+        os.chmod(root, 0o755)
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, name), 0o755)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        _make_writable(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _compile(package_dir: Path, final_dir: Path) -> dict[str, str]:
+    """Byte code for this interpreter, written with the entry (which is read-only after):
+    checked-hash pycs, used only for the exact source bytes, each listed with its sha256
+    so that the entry's verification covers them too."""
+    folder = package_dir / state_kernels.BYTECODE_DIR
+    folder.mkdir()
+    listed: dict[str, str] = {}
+    for source in sorted(package_dir.glob("*.py")):
+        target = folder / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
+        py_compile.compile(str(source), cfile=str(target), dfile=str(final_dir / source.name),
+                           doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        os.chmod(target, 0o444)
+        listed[target.name] = hashlib.sha256(target.read_bytes()).hexdigest()
+    return listed
+
+
+def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
+           fingerprint: str) -> Path:
+    """A complete, read-only entry in a temporary folder of the store."""
+    temp = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX, dir=store.root))
+    try:
+        package = state_kernels.package_name(fingerprint)
+        (temp / package).mkdir()
+        for name in sorted(files):
+            _write_file(temp / package / name, files[name])
+        bytecode = _compile(temp / package, store.entry_path(fingerprint) / package)
+        record = {
+            "schema": state_kernels.ENTRY_SCHEMA,
+            "fingerprint": fingerprint,
+            "commit": commit,
+            "package": package,
+            "entry": entry_schema_of(files),
+            "files": sorted(files),
+            "size": sum(len(data) for data in files.values()),
+            "bytecode": bytecode,
+            "stored_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        text = json.dumps(record, indent=2) + "\n"
+        _write_file(temp / state_kernels.ENTRY_FILE, text.encode("utf-8"))
+        for folder in (temp / package / state_kernels.BYTECODE_DIR, temp / package, temp):
+            _fsync_dir(folder)
+            os.chmod(folder, 0o555)
+    except BaseException:
+        _remove(temp)
+        raise
+    return temp
+
+
+def record_commit(store: KernelStore, commit: str, fingerprint: str) -> None:
+    """Record that ``commit``'s kernel is ``fingerprint`` (first record stands)."""
+    if not kernel_identity.is_object_id(commit) or store.commit_fingerprint(commit):
+        return
+    folder = store.root / state_kernels.COMMITS_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkstemp(prefix=state_kernels.TEMP_PREFIX, dir=folder)[1])
+        try:
+            temp.write_text(fingerprint + "\n", encoding="ascii")
+            os.chmod(temp, 0o444)
+            with contextlib.suppress(FileExistsError):
+                os.link(temp, folder / commit)
+        finally:
+            temp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise _unwritable(store, exc) from exc
+
+
+def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKernel:
+    """Put a kernel (``{file name: bytes}``) into the store, atomically; the verified entry."""
+    fingerprint = kernel_identity.fingerprint_of(files)
+    existing = store.get(fingerprint)  # KernelStoreError if damaged: never papered over
+    if existing is None:
+        try:
+            store.root.mkdir(parents=True, exist_ok=True)
+            temp = _build(store, files, commit, fingerprint)
+        except OSError as exc:
+            raise _unwritable(store, exc) from exc
+        except py_compile.PyCompileError as exc:  # a kernel that does not compile is no kernel
+            raise KernelStoreError(f"ouro: commit {commit}'s kernel does not compile: "
+                                   f"{exc.msg}") from exc
+        try:
+            os.rename(temp, store.entry_path(fingerprint))
+        except OSError as exc:
+            _remove(temp)
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # else: another one won
+                raise _unwritable(store, exc) from exc
+        _fsync_dir(store.root)
+    record_commit(store, commit, fingerprint)
+    entry = store.get(fingerprint)
+    if entry is None:
+        raise KernelStoreError(f"ouro: kernel store entry {store.entry_path(fingerprint)} "
+                               "vanished while it was written")
+    return entry
+
+
+def store_running(store: KernelStore, identity: Identity) -> StoredKernel:
+    """Put this ouro's own kernel into the store (before it births or extends a lineage)."""
+    files = {p.name: p.read_bytes() for p in kernel_identity.trusted_files()}
+    if kernel_identity.fingerprint_of(files) != identity.fingerprint:
+        raise KernelStoreError(
+            f"ouro: this kernel's files changed while ouro ran (fingerprint "
+            f"{identity.fingerprint[:12]}… at start): run it again")
+    return put(store, files, identity.commit)
+
+
+def _from_repository(store: KernelStore, repo: pygit2.Repository, commit: str,
+                     where: str) -> StoredKernel:
+    try:
+        full = str(repo.revparse_single(commit).peel(pygit2.Commit).id)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise KernelStoreError(f"ouro: {where} has no commit {commit}") from exc
+    files = state_kernels.kernel_tree_files(repo, full)
+    if not files:
+        raise KernelStoreError(
+            f"ouro: commit {full} of {where} has no ouro kernel "
+            f"({'/'.join(state_kernels.KERNEL_TREE)}): it is not an ouro commit")
+    return put(store, files, full)
+
+
+def materialize(store: KernelStore, commit: str) -> StoredKernel:
+    """``commit``'s kernel from the local checkout's git objects, into the store."""
+    where = state_kernels.checkout_repository()
+    if where is None:
+        raise KernelStoreError(f"ouro: no local git checkout to read commit {commit} from")
+    return _from_repository(store, pygit2.Repository(str(where)), commit,
+                            f"the checkout {where}")
+
+
+def fetch(store: KernelStore, commit: str, source: str) -> StoredKernel:
+    """``commit``'s kernel from a repository path, a bundle file or a URL, into the store."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        found = pygit2.discover_repository(str(path))
+        if not found:
+            raise KernelStoreError(f"ouro: {path} is not a git repository")
+        return _from_repository(store, pygit2.Repository(found), commit, str(path))
+    try:
+        store.root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX + "fetch-",
+                                        dir=store.root))
+    except OSError as exc:
+        raise _unwritable(store, exc) from exc
+    try:
+        repo = pygit2.init_repository(str(scratch / "objects.git"), bare=True)
+        if path.is_file():
+            if not is_bundle(path):
+                raise KernelStoreError(f"ouro: {path} is neither a git repository nor a bundle")
+            read_bundle(path, repo)
+        else:
+            _fetch_url(repo, source)
+        return _from_repository(store, repo, commit, source)
+    finally:
+        _remove(scratch)
+
+
+def _fetch_url(repo: pygit2.Repository, url: str) -> None:
+    remote = repo.remotes.create_anonymous(url)
+    try:
+        remote.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+    except (pygit2.GitError, ValueError, OSError) as exc:
+        raise KernelStoreError(f"ouro: cannot fetch from {url}: {exc}") from exc
+
+
+def remove_entry(path: Path) -> None:
+    """Remove one store entry (``ouro kernel prune``): made writable, then deleted."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        path.unlink()
+        return
+    _remove(path)
+
+
+# ---------------------------------------------------------------- the kernel of a lineage
+
+
+def facts_for(spec: LoadedSpec, observed: Observed, running: Identity,
+              store: KernelStore) -> state_kernels.KernelFacts | None:
+    """What the planner needs to choose this lineage's kernel."""
+    return state_kernels.lineage_facts(
+        spec.instrument_pin, observed.lineage_metadata, observed.any_exists, running,
+        ENTRY_REQUEST_SCHEMA, store)
+
+
+def lineage_kernel(name: str, observed: Observed, store: KernelStore) -> KernelChoice | None:
+    """The kernel that would extend an existing lineage (status); None when there is no
+    lineage, or when this ouro cannot tell which instrument it is."""
+    from reconciler.errors import InstrumentError
+    from reconciler.state import instrument
+
+    if not observed.any_exists or not observed.lineage_metadata:
+        return None
+    try:
+        running = instrument.current()
+    except InstrumentError:
+        return None
+    facts = state_kernels.gather(observed.lineage_metadata, running, ENTRY_REQUEST_SCHEMA, store)
+    return choose(name, facts) if facts is not None else None
+
+
+def _version_line(program: str, *args: str) -> str | None:
+    path = shutil.which(program)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, *args], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    return lines[0] if lines else None
+
+
+@cache
+def host_versions() -> dict[str, str | None]:
+    """Versions a generation runs with: Python, the kernel's packages, Emacs, bubblewrap."""
+    found: dict[str, str | None] = {"python": platform.python_version(),
+                                    "libgit2": pygit2.LIBGIT2_VERSION}
+    for package in KERNEL_PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    found["emacs"] = _version_line("emacs", "--version")
+    found["bubblewrap"] = _version_line("bwrap", "--version")
+    return found
+
+
+def run_record(commit: str, fingerprint: str, source: str, running: Identity) -> dict[str, Any]:
+    """The observation's ``ran_with``: the kernel, the control plane, the versions."""
+    return {
+        "kernel": {"commit": commit, "fingerprint": fingerprint, "source": source},
+        "control_plane": {"ouro_version": __version__, "ouro_commit": running.commit},
+        "versions": host_versions(),
+    }
+
+
+@dataclass(frozen=True)
+class LineageKernel:
+    """The kernel that births, recovers and extends one lineage: this ouro's own, in-process,
+    or a pinned one from the store, through its entry point."""
+
+    identity: Identity  # as the kernel is told it (the lineage's recorded one)
+    source: str  # running | store | materialized
+    pinned: PinnedKernel | None
+    ran_with: dict[str, Any]
+
+    def close(self) -> None:
+        if self.pinned is not None:
+            self.pinned.close()
+
+    def birth(self, paths: LineagePaths) -> None:
+        if self.pinned is not None:
+            self.pinned.birth(paths, self.identity)
+        else:
+            from reconciler.kernel import lineage
+
+            lineage.init_lineage(paths, self.identity)
+
+    def recover(self, paths: LineagePaths) -> str:
+        if self.pinned is not None:
+            return self.pinned.recover(paths)
+        from reconciler.kernel import recovery
+
+        return str(recovery.recover(paths))
+
+    def generation(self, *, paths: LineagePaths, model: ModelConfig, ceilings: Ceilings,
+                   api_key: str | None, provenance: Provenance | None,
+                   cancel: threading.Event | None) -> GenerationOutcome:
+        if self.pinned is not None:
+            return self.pinned.generation(
+                paths=paths, identity=self.identity, model=model, ceilings=ceilings,
+                api_key=api_key, provenance=provenance, cancel=cancel, ran_with=self.ran_with)
+        from reconciler.kernel import generation
+
+        return generation.run_generation(
+            paths=paths, identity=self.identity, model=model, ceilings=ceilings,
+            api_key=api_key, provenance=provenance, cancel=cancel, ran_with=self.ran_with)
+
+
+def _recorded_identity(metadata: Mapping[str, Any] | None, commit: str, fingerprint: str,
+                       running: Identity) -> Identity:
+    meta = metadata or {}
+    repository, ref = meta.get("instrument_repository"), meta.get("instrument_ref")
+    return Identity(repository if isinstance(repository, str) else running.repository,
+                    ref if isinstance(ref, str) else running.ref, commit, fingerprint)
+
+
+def prepare(store: KernelStore, running: Identity, choice: KernelChoice | None,
+            metadata: Mapping[str, Any] | None) -> LineageKernel:
+    """Make the chosen kernel ready: this one stored, or the pinned one verified (and
+    materialized from the checkout's objects first if it must be)."""
+    if choice is None or choice.source == "running":
+        store_running(store, running)
+        commit = choice.commit if choice is not None else running.commit
+        if commit != running.commit:  # an identical kernel of another commit: known now
+            record_commit(store, commit, running.fingerprint)
+        identity = (_recorded_identity(metadata, commit, running.fingerprint, running)
+                    if metadata else dataclasses.replace(running, commit=commit))
+        return LineageKernel(identity, "running", None,
+                             run_record(commit, running.fingerprint, "running", running))
+    if choice.source is None:
+        raise KernelStoreError(f"ouro: {choice.message}")
+    entry = (store.get(choice.fingerprint) if choice.source == "store"
+             else materialize(store, choice.commit))
+    if entry is None:
+        raise KernelStoreError(f"ouro: kernel {choice.fingerprint} left the store; apply again")
+    if choice.fingerprint and entry.fingerprint != choice.fingerprint:
+        raise KernelStoreError(
+            f"ouro: commit {choice.commit}'s kernel fingerprints as {entry.fingerprint}, "
+            f"not {choice.fingerprint}: it is not the kernel the lineage records")
+    identity = (_recorded_identity(metadata, choice.commit, entry.fingerprint, running)
+                if metadata else Identity(running.repository, running.ref, choice.commit,
+                                          entry.fingerprint))
+    return LineageKernel(identity, choice.source, PinnedKernel(store, entry, spare=True),
+                         run_record(choice.commit, entry.fingerprint, choice.source, running))
+
+
+def default_store(state_dir: Path | None = None) -> KernelStore:
+    """The kernel store: ``OURO_KERNEL_STORE``, else ``<state dir>/.kernels``."""
+    from reconciler.spec.load import state_dir as resolve_state_dir
+
+    return KernelStore(state_kernels.store_root(resolve_state_dir(state_dir)))
+
+
+def plan_fleet(items: Sequence[tuple[LoadedSpec, Observed]], identity: Identity,
+               store: KernelStore, *, preflight: Preflight | None = None) -> Plan:
+    """``make_plan`` with each lineage's kernel chosen (running, store, materialized)."""
+    kernels = {spec.name: facts_for(spec, observed, identity, store) for spec, observed in items}
+    return make_plan(items, identity, preflight=preflight, kernels=kernels)
+
+
+# ---------------------------------------------------------------- ouro kernel list|fetch|prune
+
+
+@dataclass(frozen=True)
+class StoreRow:
+    """One entry of the store, as ``ouro kernel list`` shows it."""
+
+    fingerprint: str
+    commits: tuple[str, ...]  # the commits recorded with this kernel
+    lineages: tuple[str, ...]  # known lineages that need it
+    size: int
+    entry: str | None
+    path: Path
+    damaged: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "commits": list(self.commits),
+                "lineages": list(self.lineages), "size": self.size, "entry": self.entry,
+                "path": str(self.path), "damaged": self.damaged}
+
+
+def known_needs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, list[str]]:
+    """{fingerprint: [lineage names]} of the lineages in the state dir and the specs."""
+    from reconciler.state.fleet import fleet
+    from reconciler.state.observe import observe
+
+    found: dict[str, list[str]] = {}
+    seen: set[Path] = set()
+    for item in [*fleet([], state_dir), *(fleet(specs, state_dir) if specs else [])]:
+        if Path(item.paths.git_dir) in seen:
+            continue
+        seen.add(Path(item.paths.git_dir))
+        meta = observe(item.paths).lineage_metadata or {}
+        fingerprint = meta.get("instrument_fingerprint")
+        if isinstance(fingerprint, str):
+            found.setdefault(fingerprint, []).append(item.name)
+    return found
+
+
+def list_store(store: KernelStore, needs: Mapping[str, Sequence[str]]) -> list[StoreRow]:
+    """Every store entry (verified), with the commits and known lineages of each."""
+    by_fingerprint: dict[str, list[str]] = {}
+    for commit, fingerprint in store.commits().items():
+        by_fingerprint.setdefault(fingerprint, []).append(commit)
+    rows = []
+    for fingerprint, entry in store.entries():
+        commits = tuple(sorted(by_fingerprint.get(fingerprint, [])))
+        lineages = tuple(sorted(needs.get(fingerprint, [])))
+        if isinstance(entry, KernelStoreError):
+            rows.append(StoreRow(fingerprint, commits, lineages, 0, None,
+                                 store.entry_path(fingerprint), str(entry)))
+        else:
+            rows.append(StoreRow(fingerprint, commits or (entry.commit,), lineages, entry.size,
+                                 entry.entry, entry.path))
+    return rows
+
+
+def prune(store: KernelStore, needs: Mapping[str, Sequence[str]], keep: str,
+          dry_run: bool = False) -> list[StoreRow]:
+    """Remove the entries no known lineage needs (never ``keep``: this ouro's own).
+    Damaged entries are removed too (they are never run). Returns what was (or would be)
+    removed."""
+    removed = []
+    for row in list_store(store, needs):
+        if row.lineages or row.fingerprint == keep:
+            continue
+        if not dry_run:
+            try:
+                remove_entry(row.path)
+            except OSError as exc:
+                raise _unwritable(store, exc) from exc
+        removed.append(row)
+    return removed
+
+
+def recorded_repository(commit: str, specs: Sequence[Path], state_dir: Path | None) -> str | None:
+    """The ``instrument_repository`` a known lineage born under ``commit`` records."""
+    from reconciler.state.fleet import fleet
+    from reconciler.state.observe import observe
+
+    for item in [*fleet([], state_dir), *(fleet(specs, state_dir) if specs else [])]:
+        meta = observe(item.paths).lineage_metadata or {}
+        born, repository = meta.get("instrument_commit"), meta.get("instrument_repository")
+        if (isinstance(born, str) and isinstance(repository, str) and len(commit) >= 7
+                and born.startswith(commit.lower())):
+            return repository
+    return None
