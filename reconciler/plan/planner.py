@@ -305,6 +305,12 @@ def _fingerprint_drift(spec: PlanSpec, observed: ObservedState, me: Identity) ->
     )
 
 
+def _no_check(spec: PlanSpec, observed: ObservedState, me: Identity) -> str | None:
+    """A reason only the kernel choice gives (``refusals``, with a choice)."""
+    del spec, observed, me
+    return None
+
+
 def _observation_disagrees(
     spec: PlanSpec, observed: ObservedState, me: Identity
 ) -> str | None:
@@ -342,6 +348,10 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
     ("partial-paths", _from_problems("partial-paths")),
     ("instrument-commit-drift", _commit_drift),
     ("fingerprint-drift", _fingerprint_drift),
+    # the kernel choice's own refusals (``plan.kernels``): checked only with a choice
+    ("foreign-kernel", _no_check),
+    ("kernel-unavailable", _no_check),
+    ("kernel-damaged", _no_check),
     ("observation-disagrees", _observation_disagrees),
     ("unbalanced", _from_problems("unbalanced")),
     ("damaged", _from_problems("damaged")),
@@ -349,9 +359,10 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
 )
 
 
-# With the lineage's kernel chosen (``plan.kernels``), the choice replaces these checks,
-# at their place in the order.
-_KERNEL_CHECKS: tuple[Reason, ...] = ("instrument-commit-drift", "fingerprint-drift")
+# With the lineage's kernel chosen (``plan.kernels``), the choice replaces the identity
+# checks: its refusal (one of these) is given at its own place in the order.
+_KERNEL_CHECKS: tuple[Reason, ...] = ("instrument-commit-drift", "fingerprint-drift",
+                                      "foreign-kernel", "kernel-unavailable", "kernel-damaged")
 
 
 def refusals(
@@ -374,7 +385,7 @@ def refusals(
             if not observed.any_exists and choice.reason is not None:
                 found.append(Refusal(choice.reason, choice.message))
         elif choice is not None and reason in _KERNEL_CHECKS:
-            if reason == _KERNEL_CHECKS[0] and choice.reason is not None:
+            if reason == choice.reason and observed.any_exists:
                 found.append(Refusal(choice.reason, choice.message))
             continue
         else:
