@@ -759,8 +759,10 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
     each file on every call and, as observe never writes the index, never stops
     (about 2-4x slower than this at 5,000 files); and pygit2's ``Index`` exposes no
     stat data or cached tree, so this reader (``_index_entries``, itself ~10x faster
-    than ``pygit2.Index``) is needed to check at all. Where the recorded stat decides
-    (fewer than one entry in ten to hash), libgit2 is faster, so it is left to it.
+    than ``pygit2.Index``) is needed to check at all. Where the recorded stat decides,
+    libgit2 alone is about 2x faster, but it gives up on a worktree nested deeper than
+    100 folders (``tests/kernel_generation/test_hostile.py``), which an organism may
+    publish: so this check runs first in every case.
     """
     try:
         with open(git_dir / "index", "rb") as handle:
@@ -770,11 +772,6 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
         if parsed is None:
             return False
         entries, root_tree = parsed
-        index_time = divmod(index_stat.st_mtime_ns, 1_000_000_000)
-        hashed = sum(1 for _p, seconds, nanos, _m, size, _s in entries
-                     if seconds == nanos == size == 0 or (seconds, nanos) >= index_time)
-        if hashed * 10 < len(entries):  # libgit2's status is faster here: let it decide
-            return False
         # (an untracked .gitattributes fails the file-set comparison below)
         if any(entry[0] == ".gitattributes" or entry[0].endswith("/.gitattributes")
                for entry in entries):
@@ -786,6 +783,7 @@ def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
         files = _worktree_files(worktree)
         if files is None or files != {entry[0] for entry in entries}:
             return False
+        index_time = divmod(index_stat.st_mtime_ns, 1_000_000_000)
         base = str(worktree)
         for path, seconds, nanos, mode, size, sha in entries:
             target = f"{base}/{path}"
