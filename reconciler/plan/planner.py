@@ -455,6 +455,17 @@ def _to_run(desired: int, observed: ObservedState) -> int:
     return max(0, desired - done)
 
 
+def _first_notes(observed: ObservedState, running: str | None) -> list[str]:
+    """Warnings that do not change the action: another apply at work, else human edits."""
+    if running:  # its worktree and leftovers are that apply's work in progress
+        return [f"{running}: apply waits for it (--lock-timeout), then plans again"]
+    if observed.dirty:
+        shown = ", ".join(observed.dirty_paths[:5])
+        return [f"uncommitted edits in the worktree ({shown}): apply commits them "
+                "as `external edit` before the next generation"]
+    return []
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
                  kernel: KernelFactsLike | None = None) -> LineagePlan:
@@ -474,16 +485,10 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     have = observed.generations
     model = spec.model()
     heads = {"lineage": observed.lineage_head, "observation": observed.observation_head}
-    notes: list[str] = []
     # Optional on the observed state and the spec (Protocols stay minimal for fakes).
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
-    if running:  # its worktree and leftovers are that apply's work in progress
-        notes.append(f"{running}: apply waits for it (--lock-timeout), then plans again")
-    elif observed.dirty:
-        shown = ", ".join(observed.dirty_paths[:5])
-        notes.append(f"uncommitted edits in the worktree ({shown}): apply commits them "
-                     "as `external edit` before the next generation")
+    notes = _first_notes(observed, running)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)
