@@ -26,6 +26,7 @@ the filesystem, as it is for git itself with its defaults.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -72,6 +73,7 @@ __all__ = [
     "checkout_tree",
     "checkout_worktree",
     "commit_observation_files",
+    "create_blob",
     "create_commit",
     "create_marker",
     "death_tree",
@@ -259,6 +261,25 @@ def _check_path(path: str) -> list[str]:
     return parts
 
 
+def create_blob(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
+    """``repo.create_blob``, with a full disk named as one: libgit2 reports a loose object
+    it could not write for lack of space with a stale message ("object not found"), and
+    removes its temporary file, so the space is back by the time anyone looks. A failed
+    write of more bytes than the objects folder has free is that folder's ENOSPC."""
+    try:
+        oid: pygit2.Oid = repo.create_blob(data)
+    except pygit2.GitError as exc:
+        objects = Path(repo.path) / "objects"
+        try:
+            info = os.statvfs(objects)
+        except OSError:
+            raise exc from None
+        if info.f_bavail * info.f_frsize <= len(data) + (1 << 20):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(objects)) from exc
+        raise
+    return oid
+
+
 Node = dict[str, "Node | tuple[pygit2.Oid, int]"]
 
 
@@ -317,7 +338,7 @@ def build_tree(
         if len(parts) == 1 and parts[0] in KERNEL_OWNED_NAMES:
             raise DecoderRejection(f"kernel: {entry.path!r} is kernel-owned", path=entry.path)
         mode = LINK if entry.kind == "symlink" else (EXECUTABLE if entry.executable else FILE)
-        _insert(root, parts, (repo.create_blob(entry.data), mode), entry.path)
+        _insert(root, parts, (create_blob(repo, entry.data), mode), entry.path)
     for name, value in (kept or {}).items():
         _insert(root, [name], value, name)
     oid = _write_tree(repo, root)
@@ -332,7 +353,7 @@ def worktree_tree(repo: pygit2.Repository, worktree: Path) -> pygit2.Oid:
     try:
         for entry in read_worktree(worktree):
             mode = LINK if entry.kind == "symlink" else (EXECUTABLE if entry.executable else FILE)
-            _insert(root, entry.path.split("/"), (repo.create_blob(entry.data), mode), entry.path)
+            _insert(root, entry.path.split("/"), (create_blob(repo, entry.data), mode), entry.path)
     except OSError as exc:
         raise PreflightError(f"kernel: cannot read the worktree {worktree}: {exc}") from exc
     except DecoderRejection as exc:  # duplicate names cannot happen on a filesystem
@@ -405,14 +426,14 @@ def published_tree(
 ) -> pygit2.Oid:
     """The organism's result, with the kernel-owned files of ``head`` and the new journal."""
     kept = _kernel_owned(head.tree)
-    kept[JOURNAL_FILE] = (repo.create_blob(journal), FILE)
+    kept[JOURNAL_FILE] = (create_blob(repo, journal), FILE)
     return build_tree(repo, entries, kept=kept)
 
 
 def with_journal(repo: pygit2.Repository, tree: pygit2.Tree, journal: bytes) -> pygit2.Oid:
     """``tree`` with journal.md replaced."""
     builder = repo.TreeBuilder(tree)
-    builder.insert(JOURNAL_FILE, repo.create_blob(journal), FILE)
+    builder.insert(JOURNAL_FILE, create_blob(repo, journal), FILE)
     oid: pygit2.Oid = builder.write()
     return oid
 
@@ -467,7 +488,7 @@ def death_tree(repo: pygit2.Repository, head: pygit2.Commit, journal: bytes) -> 
     restored = restored_organism(repo, head)
     if restored is not None:
         builder.insert(ORGANISM_FILE, restored[0], restored[1])
-    builder.insert(JOURNAL_FILE, repo.create_blob(journal), FILE)
+    builder.insert(JOURNAL_FILE, create_blob(repo, journal), FILE)
     oid: pygit2.Oid = builder.write()
     return oid
 
@@ -576,7 +597,7 @@ def commit_observation_files(
                 repo.TreeBuilder(subtree) if isinstance(subtree, pygit2.Tree)
                 else repo.TreeBuilder()
             )
-        builders[directory].insert(name, repo.create_blob(data), FILE)
+        builders[directory].insert(name, create_blob(repo, data), FILE)
     for directory, builder in builders.items():
         root.insert(directory, builder.write(), TREE)
     commit_id = create_commit(repo, root.write(), expected.id, subject)

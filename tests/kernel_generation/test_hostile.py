@@ -15,13 +15,15 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from reconciler.kernel import lineage as kernel_lineage
 from reconciler.kernel import publish, recovery
-from reconciler.kernel.config import KERNEL_OWNED_NAMES, METADATA_FILE
+from reconciler.kernel.config import KERNEL_OWNED_NAMES, METADATA_FILE, Identity, LineagePaths
 from reconciler.kernel.decoder import path_budget
-from reconciler.kernel.errors import DamageError, RecoveryError
+from reconciler.kernel.errors import DamageError, RecoveryError, StorageError
 from reconciler.kernel.generation import GenerationOutcome, run_generation
 from reconciler.state.audit import audit_lineage
 from reconciler.state.observe import observe
+from tests.host import require
 from tests.kernel_broker.organism_harness import elisp_string
 from tests.kernel_generation.helpers import (
     ECHO,
@@ -278,4 +280,42 @@ def test_a_marker_naming_a_live_unrelated_pid_is_recovered_by_plan_and_apply_ali
         unrelated.wait()
     recovery.recover(born.paths)
     assert life(born).generation == 1
+    consistent(born)
+
+
+# ---------------------------------------------------------------- 6: a full disk says so
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 6 MiB tmpfs of our own (root only), unmounted afterwards."""
+    require(os.geteuid() == 0 and shutil.which("mount") is not None, "needs root to mount")
+    place = tmp_path / "small"
+    place.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0755", "ouro-test", str(place)],
+                   check=True)
+    try:
+        yield place
+    finally:
+        subprocess.run(["umount", "-l", str(place)], check=False)
+
+
+def test_no_space_left_on_device_is_said_with_its_place(small_disk: Path,
+                                                         identity: Identity) -> None:
+    paths = LineagePaths(small_disk / "lin", small_disk / "lin.git",
+                         small_disk / "lin.observations", "lineage-test",
+                         "observations/lineage-test")
+    kernel_lineage.init_lineage(paths, identity)
+    born = Lineage(paths, identity)
+    big = """
+(call-process "sh" nil nil nil "-c" "head -c 9000000 /dev/urandom > /work/big.bin")"""
+    with pytest.raises(StorageError) as caught:
+        life(born, big)
+    message = str(caught.value)
+    assert "no space left on device" in message and str(small_disk) in message, message
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    if publish.read_marker(paths)[0]:
+        recovery.recover(paths)
+    outcome = life(born)
+    assert outcome.status == "changed" and (born.worktree / "big.bin").stat().st_size == 9000000
     consistent(born)
