@@ -11,6 +11,8 @@ record as ``pending`` with its worst case, so a crash loses no spend).
 
     POST /generate   body: raw UTF-8 prompt; header X-Ouroboros-Max-Output-Tokens: N
       200 text | 400 invalid request | 402 budget exhausted | 502 model unavailable
+      429 the generation's ceilings on model requests or audited bytes are reached: the
+          provider is not asked, and the request is only counted (``refused.json``)
 
 The broker exits when told to (SIGTERM) or when its parent goes away (its
 stdin reaches end of file).
@@ -54,6 +56,7 @@ __all__ = [
     "BrokerReport",
     "capabilities",
     "check_config",
+    "read_refused",
 ]
 
 SOCKET_FILE = "model.sock"
@@ -73,6 +76,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[(__package__ or "").count(".") +
 
 MESSAGES = {400: "invalid request", 402: "generation spending budget exhausted",
             502: "model unavailable"}
+# Disclosed (and answered) only under constraints that name the model ceilings, so the
+# original instrument's manifest is reproduced exactly from its own constraints.
+CEILING_STATUS, CEILING_MESSAGE = 429, "model request ceiling reached"
+REFUSED_FILE = "refused.json"  # beside the audit: how many requests the ceilings refused
+
+
+def _errors(constraints: dict[str, Any]) -> dict[str, str]:
+    errors = {code: text for code, text in MESSAGES.items()}
+    model = constraints.get("model")
+    if isinstance(model, dict) and "max_requests" in model:
+        errors[CEILING_STATUS] = CEILING_MESSAGE
+    return {str(code): errors[code] for code in sorted(errors)}
 
 
 def capabilities(constraints: dict[str, Any], kernel_view: str = "/kernel") -> dict[str, Any]:
@@ -94,7 +109,7 @@ def capabilities(constraints: dict[str, Any], kernel_view: str = "/kernel") -> d
                     },
                 },
                 "success": {"status": 200, "body": "raw UTF-8 generated text"},
-                "errors": {str(code): text for code, text in MESSAGES.items()},
+                "errors": _errors(constraints),
             },
             {"name": "journal", "kind": "read-only-file", "path": f"{kernel_view}/{JOURNAL_FILE}"},
         ],
@@ -297,24 +312,37 @@ class Broker:
         A request still pending when the broker died is reported with
         ``http_status`` null, error ``interrupted`` and its worst case accounted.
         """
+        by_index: dict[int, dict[str, Any]] = {}
         try:
-            text = (Path(private_dir) / AUDIT_FILE).read_text(encoding="utf-8", errors="replace")
+            handle = open(Path(private_dir) / AUDIT_FILE, encoding="utf-8", errors="replace")  # noqa: SIM115
         except FileNotFoundError:
             return []
-        by_index: dict[int, dict[str, Any]] = {}
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash
-            if isinstance(record, dict) and isinstance(record.get("request_index"), int):
-                by_index[record["request_index"]] = record
+        with handle:  # streamed: one line at a time, never the whole file
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a crash
+                if isinstance(record, dict) and isinstance(record.get("request_index"), int):
+                    # a later record of a request completes the earlier (its prompt is
+                    # stored once, in the first)
+                    by_index.setdefault(record["request_index"], {}).update(record)
         calls = []
-        for index in sorted(by_index):
+        for index in sorted(by_index):  # (bounded by the model_requests/_audit ceilings)
             record = dict(by_index[index])
             record.pop("phase", None)
             calls.append(record)
         return calls
+
+
+def read_refused(private_dir: Path) -> int:
+    """How many requests the generation's ceilings refused (429), 0 if none or unreadable."""
+    try:
+        value = json.loads((Path(private_dir) / REFUSED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    count = value.get("refused_requests") if isinstance(value, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes:

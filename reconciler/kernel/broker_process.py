@@ -29,7 +29,10 @@ from typing import Any
 from .broker import (
     AUDIT_FILE,
     CAPABILITIES_FILE,
+    CEILING_MESSAGE,
+    CEILING_STATUS,
     MESSAGES,
+    REFUSED_FILE,
     SOCKET_FILE,
     TOKEN_HEADER,
     capabilities,
@@ -40,6 +43,7 @@ from .config import MODEL_CALL_SCHEMA
 MIN_REDACTED_KEY = 16
 DRAIN_LIMIT = 16 << 20  # an oversized body is read and dropped up to this much
 ERRORS = {400: "invalid_request", 402: "budget_exhausted", 502: "model_unavailable"}
+REFUSAL_DELAY_S = 0.05  # a refused request waits this long: a firehose costs the host little
 
 def _utc_now() -> str:
     return datetime.now(UTC).isoformat()
@@ -63,8 +67,30 @@ class Service:
         self.ledger = Ledger(self.model.budget_usd, self.model.price)
         self.offline = self.model.provider in ("replay", "echo")
         self.index = 0
-        audit_path = Path(config["private_dir"]) / AUDIT_FILE
-        self.audit = open(audit_path, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
+        self.private_dir = Path(config["private_dir"])
+        self.audit = open(self.private_dir / AUDIT_FILE, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
+        limits = config["constraints"].get("model", {})
+        self.max_requests: int | None = limits.get("max_requests")
+        self.max_audited_bytes: int | None = limits.get("max_audited_bytes")
+        self.audited_bytes = 0
+        self.refused = 0
+
+    def over_ceiling(self) -> bool:
+        """Is the generation past its ceiling on audited requests or audited bytes?"""
+        return (self.max_requests is not None and self.index >= self.max_requests) or (
+            self.max_audited_bytes is not None and self.audited_bytes >= self.max_audited_bytes)
+
+    def refuse_over_ceiling(self, length: int | None, read_body: Any) -> tuple[int, bytes]:
+        """429 without asking the provider and without an audit record: only a count."""
+        self.refused += 1
+        _drain(read_body, min(length or 0, self.model.max_prompt_bytes))
+        temporary = self.private_dir / f".{REFUSED_FILE}.tmp"
+        temporary.write_text(json.dumps({"refused_requests": self.refused}), encoding="utf-8")
+        os.replace(temporary, self.private_dir / REFUSED_FILE)
+        time.sleep(REFUSAL_DELAY_S)
+        return CEILING_STATUS, (f"{CEILING_MESSAGE} ({self.max_requests} requests, "
+                     f"{self.max_audited_bytes} audited bytes): no more model calls in this "
+                     "generation\n").encode()
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False)
@@ -73,6 +99,7 @@ class Service:
         if self.api_key and len(self.api_key) >= MIN_REDACTED_KEY:
             line = line.replace(self.api_key, "[redacted]")
         self.audit.write(line + "\n")
+        self.audited_bytes += len(line.encode("utf-8")) + 1
         self.audit.flush()
         os.fsync(self.audit.fileno())
 
@@ -86,6 +113,9 @@ class Service:
         from .ledger import usd_text, worst_case_usd
         from .providers import run_request
 
+        if self.over_ceiling():
+            return self.refuse_over_ceiling(
+                _positive_int(headers.get("content-length"), allow_zero=True), read_body)
         self.index += 1
         clock = time.monotonic()
         record: dict[str, Any] = {
@@ -98,11 +128,19 @@ class Service:
             "reserved_usd": None, "accounted_usd": "0", "attempts": [],
         }
 
+        stored: set[str] = set()  # prompt/response already in an earlier record of this call
+
+        def write_once(fields: dict[str, Any]) -> None:
+            """Each prompt and reply is stored once: a later record of the same request
+            leaves out the texts an earlier one holds (``Broker.read_audit`` merges them)."""
+            self.write({k: v for k, v in fields.items() if k not in stored})
+            stored.update(k for k in ("prompt", "response") if fields.get(k) is not None)
+
         def finish(status: int, body: bytes, detail: str | None = None) -> tuple[int, bytes]:
             record.update(http_status=status, duration_ms=round((time.monotonic() - clock) * 1000))
             if status != 200:
                 record.update(error=ERRORS[status], error_detail=detail)
-            self.write(record)
+            write_once(record)
             return status, body
 
         def refuse(status: int, detail: str) -> tuple[int, bytes]:
@@ -146,7 +184,7 @@ class Service:
                            attempts=list(progress.attempts),
                            reserved_usd=usd_text(progress.reserved),
                            accounted_usd=usd_text(progress.accounted + outstanding))
-            self.write(pending)
+            write_once(pending)
 
         result = run_request(self.provider, prompt=prompt, prompt_bytes=len(raw),
                              max_tokens=tokens, ledger=self.ledger,
@@ -167,7 +205,7 @@ class Service:
                       f"{usd_text(self.ledger.available)} USD left")
             record.update(http_status=402, error=ERRORS[402], error_detail=detail,
                           duration_ms=round((time.monotonic() - clock) * 1000))
-            self.write(record)
+            write_once(record)
             return 402, f"{MESSAGES[402]}\n".encode()
         failure = result.failure
         assert failure is not None

@@ -80,6 +80,8 @@ class Ceilings:
     tmp_bytes: int = 64 << 20
     run_bytes: int = 16 << 20
     enforcement: str = "auto"
+    model_requests: int = 256  # requests to model.sock per generation; beyond: 429, counted
+    model_audit_bytes: int = 32 << 20  # bytes of model-call records per generation; idem
 
     @property
     def cpu_quota_percent(self) -> int:
@@ -164,6 +166,8 @@ def constraints_manifest(ceilings: Ceilings, model: ModelConfig) -> dict[str, An
             "max_output_tokens_per_request": model.max_output_tokens,
             "request_timeout_seconds": model.request_timeout_seconds,
             "spending_budget": {"currency": "USD", "amount": str(model.budget_usd)},
+            "max_requests": ceilings.model_requests,
+            "max_audited_bytes": ceilings.model_audit_bytes,
         },
         "boundary": {
             "ip_network": False,

@@ -535,11 +535,13 @@ def _observation(
     provenance: Provenance | None,
     cursor: int,
     ran_with: Mapping[str, Any] | None = None,
+    refused: int = 0,
 ) -> dict[str, Any]:
     """The generation's observation record: CONTRACT.md's fields in the original's order,
     then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection,
     replay_cursor: model calls answered 200 in this lineage through this generation, and
-    ran_with: the kernel, control plane and versions, as the control plane gave them)."""
+    ran_with: the kernel, control plane and versions, as the control plane gave them;
+    model_calls_refused: requests answered 429 past the model ceilings, not in model_calls)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -567,6 +569,7 @@ def _observation(
         "rejection": outcome.rejection,
         "replay_cursor": cursor + _successes(calls),
         "ran_with": dict(ran_with) if ran_with is not None else None,
+        "model_calls_refused": refused,
     }
 
 
@@ -774,6 +777,9 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
     parts.broker = None
     broker.kill()
     calls = runtime.read_audit(parts.private_dir)
+    from .broker import read_refused
+
+    refused = read_refused(parts.private_dir)
     spend = calls_spend(calls)
     if getattr(result, "cancelled", False) or (cancel is not None and cancel.is_set()):
         recovery.recover(paths)
@@ -794,6 +800,7 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
         outcome=outcome, commit=commit_id, model=attempt.model, constraints=attempt.constraints,
         calls=calls, spend=spend, provenance=attempt.provenance, cursor=attempt.cursor,
         ran_with=attempt.ran_with,
+        refused=refused,
     )
     data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
     obs_path = observation_path(n)

@@ -124,6 +124,8 @@ class LoadedSpec:
             tmp_bytes=c.tmp,
             run_bytes=c.run,
             enforcement=c.enforcement,
+            model_requests=c.model_requests,
+            model_audit_bytes=c.model_audit,
         )
 
     @property

@@ -540,6 +540,16 @@ class CeilingsSpec(_Strict):
     enforcement: Enforcement = Field(
         default="auto", description="auto | systemd | cgroup2 | cgroup1"
     )
+    model_requests: int = Field(
+        default=256, ge=1, le=MAX_COUNT,
+        description="requests to the model socket one generation may make; beyond, the "
+        "broker answers 429 without asking the provider and only counts them",
+    )
+    model_audit: Size = Field(
+        default=32 << 20, ge=1, le=MAX_BYTES,
+        description="bytes of model-call records (prompts and replies) one generation may "
+        "leave in its audit and observation; beyond, requests are answered 429 and counted",
+    )
 
     @field_validator("cpu")
     @classmethod

@@ -43,7 +43,7 @@ def test_manifest_is_written_beside_the_socket_with_the_constraints_as_given(
     assert generate["name"] == "generate" and generate["transport"] == "http-over-unix"
     assert (generate["socket"], generate["method"], generate["path"]) == \
         ("/kernel/model.sock", "POST", "/generate")
-    assert set(generate["errors"]) == {"400", "402", "502"}
+    assert set(generate["errors"]) == {"400", "402", "429", "502"}
     assert journal == {"name": "journal", "kind": "read-only-file", "path": "/kernel/journal.md"}
     for word in ("echo", "price", "api_key", "provider", str(tmp_path)):
         assert word not in text
@@ -266,7 +266,8 @@ def test_public_names_are_chosen() -> None:
     from reconciler.kernel import broker, ledger, providers
 
     assert sorted(broker.__all__) == ["AUDIT_FILE", "Broker", "BrokerReport", "CAPABILITIES_FILE",
-                                      "SOCKET_FILE", "capabilities", "check_config"]
+                                      "SOCKET_FILE", "capabilities", "check_config",
+                                      "read_refused"]
     assert broker._check_config is broker.check_config  # kernel.generation's first spelling
     assert sorted(ledger.__all__) == ["Ledger", "PROMPT_FRAMING_TOKENS", "Reservation", "Usage",
                                       "estimate_prompt_tokens", "usd_text", "worst_case_usd"]

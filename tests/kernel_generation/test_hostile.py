@@ -4,6 +4,7 @@ which one more generation runs and the full-history audit is consistent."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from tests.kernel_generation.helpers import (
     Lineage,
     git,
     needs_real_host,
+    replay_model,
     subjects,
 )
 
@@ -318,4 +320,46 @@ def test_no_space_left_on_device_is_said_with_its_place(small_disk: Path,
         recovery.recover(paths)
     outcome = life(born)
     assert outcome.status == "changed" and (born.worktree / "big.bin").stat().st_size == 9000000
+    consistent(born)
+
+
+# ---------------------------------------------------------------- 1: the model socket firehose
+
+
+FIREHOSE = """
+(write-region (make-string 65536 ?p) nil "/tmp/prompt")
+(with-temp-buffer
+  (call-process "sh" nil t nil "-c"
+    "for i in $(seq 1 %d); do curl -s --unix-socket /kernel/model.sock \\
+       -H 'X-Ouroboros-Max-Output-Tokens: 10' --data-binary @/tmp/prompt \\
+       -o /dev/null -w '%%{http_code}\\\\n' http://kernel/generate; done")
+  (message "%%s" (buffer-string)))"""
+
+
+@pytest.mark.parametrize(("ceilings", "served"), [
+    ({"model_requests": 3}, 3),
+    ({"model_audit_bytes": 150_000}, 3),  # 65,536-byte prompts: the third crosses the line
+], ids=["requests", "audited-bytes"])
+def test_a_model_socket_firehose_is_answered_429_past_the_ceilings(
+    born: Lineage, tmp_path: Path, ceilings: dict[str, int], served: int
+) -> None:
+    require(shutil.which("curl") is not None, "needs curl under /usr")
+    limits = dataclasses.replace(REAL_CEILINGS, **ceilings)
+    model = replay_model(tmp_path / "replies", ["(reply)"] * 10)
+    (born.worktree / "organism.el").write_text(FIREHOSE % 12 + "\n(kill-emacs 0)\n")
+    outcome = run_generation(paths=born.paths, identity=born.identity, model=model,
+                             ceilings=limits, api_key=None)
+    assert outcome.status != "died", born.observation(1)["stderr_tail"]
+    record = born.observation(1)
+    statuses = [line for line in record["stderr_tail"].split("\n") if line.isdigit()]
+    assert statuses == ["200"] * served + ["429"] * (12 - served)
+    assert len(record["model_calls"]) == served and record["model_calls_refused"] == 12 - served
+    assert record["replay_cursor"] == served  # the provider was never asked past the ceiling
+    assert all(call["prompt"] == "p" * 65536 for call in record["model_calls"])
+    assert record["constraints"]["model"]["max_requests"] == limits.model_requests
+    observation = born.observations / "generations" / "0001.json"
+    assert observation.stat().st_size < served * 65536 * 1.1 + 50_000  # each prompt once
+    again = run_generation(paths=born.paths, identity=born.identity, model=model,
+                           ceilings=limits, api_key=None)
+    assert again.generation == 2
     consistent(born)
