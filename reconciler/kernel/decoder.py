@@ -20,8 +20,10 @@ the leading ``./`` of tar), at most ``max_path_bytes`` (what this host can still
 open once the worktree's own prefix is added: ``path_budget``; never more than
 ``MAX_PATH_BYTES``) and ``MAX_COMPONENT_BYTES`` per component; no component git
 refuses in a tree (``gitnames``: ``.git`` and its NTFS and HFS+ disguises, at any
-depth); no duplicate; no entry below a symlink or a file. Depth is bounded by the
-path's bytes only, and nothing here or in publication recurses on it.
+depth); at most ``MAX_DEPTH`` components (libgit2's worktree iterator, which status
+and checkout use, gives up at 100 nested directories: a deeper tree could be
+committed but never checked or checked out again); no duplicate; no entry below a
+symlink or a file. Nothing here or in publication recurses on depth.
 
 Kernel-owned top-level names (``journal.md``, ``.ouroboros-lineage.json``) written by
 the organism are dropped with everything below them, as the original instrument's
@@ -53,6 +55,7 @@ from .gitnames import refused
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
+MAX_DEPTH = 100  # path components: 99 directories and an entry (libgit2's iterator limit)
 MAX_SYMLINK_HOPS = 40
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
@@ -193,6 +196,8 @@ def _normalize(name: str, *, symlink: bool, max_path_bytes: int) -> str | None:
             f"path longer than {max_path_bytes} bytes (what fits this host's PATH_MAX "
             "below the lineage's worktree)", name)
     parts = path.split("/")
+    if len(parts) > MAX_DEPTH:
+        raise _reject(f"path deeper than {MAX_DEPTH} components (git's worktree limit)", name)
     for index, part in enumerate(parts):
         if part in ("", ".", ".."):
             raise _reject("empty, '.' or '..' path component", name)

@@ -412,6 +412,10 @@ def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
+# Manifest keys younger than the original instrument's constraints.
+_NEW_KEYS = frozenset({"constraints.model.max_requests", "constraints.model.max_audited_bytes"})
+
+
 def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> tuple[Change, ...]:
     """Provider, model and ceilings of the spec vs. those the last generation ran under."""
     if not last_observation:
@@ -426,7 +430,11 @@ def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> 
     if isinstance(observed_constraints, dict) and observed_constraints != manifest:
         want = _flatten(manifest, "constraints")
         have = _flatten(observed_constraints, "constraints")
+        # A constraint the last generation did not record (an older manifest) is new
+        # disclosure, not a change the spec makes.
         for key in sorted(set(want) | set(have)):
+            if key in _NEW_KEYS and key not in have:
+                continue
             if want.get(key) != have.get(key):
                 found.append(Change(key, have.get(key), want.get(key)))
     return tuple(found)

@@ -329,3 +329,13 @@ def test_real_gnu_tar_of_a_tree_decodes(tmp_path: Path) -> None:
     assert set(entries) == {"d", "d/hard", "d/" + "long-" * 40, "hard2", "ln", "organism.el"}
     assert entries["hard2"].kind == "file" and entries["hard2"].data == b"h\n"
     assert entries["ln"].data == b"d/hard"
+
+
+def test_depth_is_bounded_by_what_git_can_check_out() -> None:
+    from reconciler.kernel.decoder import MAX_DEPTH
+
+    deepest = "/".join(["d"] * (MAX_DEPTH - 1) + ["f"])
+    assert decode(build([*GOOD, (deepest, "file", b"x")]), max_files=10,
+                  max_bytes=100)[-1].path == deepest
+    with pytest.raises(DecoderRejection, match="deeper than 100"):
+        decode(build([*GOOD, ("d/" + deepest, "file", b"x")]), max_files=10, max_bytes=100)

@@ -19,7 +19,7 @@ import pytest
 from reconciler.kernel import lineage as kernel_lineage
 from reconciler.kernel import publish, recovery
 from reconciler.kernel.config import KERNEL_OWNED_NAMES, METADATA_FILE, Identity, LineagePaths
-from reconciler.kernel.decoder import path_budget
+from reconciler.kernel.decoder import MAX_DEPTH, path_budget
 from reconciler.kernel.errors import DamageError, RecoveryError, StorageError
 from reconciler.kernel.generation import GenerationOutcome, run_generation
 from reconciler.state.audit import audit_lineage
@@ -75,14 +75,27 @@ def removes_deep_trees(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("removes_deep_trees")
-def test_a_thousand_levels_deep_publishes_and_the_next_generation_runs(born: Lineage) -> None:
+def test_a_thousand_levels_deep_is_a_decoder_rejection_not_a_crash(born: Lineage) -> None:
     deep = "/".join(["a"] * 1000)
     first = life(born, f"""
 (let ((dir (concat "/work/" {elisp_string(deep)})))
   (make-directory dir t)
   (write-region "bottom\\n" nil (concat dir "/f.txt")))""")
-    assert first.status == "changed", born.observation(1)["stderr_tail"]
+    assert (first.status, first.outcome) == ("died", "decoder_rejection")
+    assert "deeper than 100" in born.observation(1)["rejection"]["message"]
+    assert life(born).status == "no-change"  # the seed is back, and lives
+    consistent(born)
+
+
+def test_the_deepest_tree_git_can_check_out_publishes(born: Lineage) -> None:
+    deep = "/".join(["a"] * (MAX_DEPTH - 1))
+    first = life(born, f"""
+(let ((dir (concat "/work/" {elisp_string(deep)})))
+  (make-directory dir t)
+  (write-region "bottom\\n" nil (concat dir "/f.txt")))""")
+    assert first.status == "changed", born.observation(1)
     assert (born.worktree / deep / "f.txt").read_bytes() == b"bottom\n"
+    subprocess.run(["git", "status"], cwd=born.worktree, check=True, capture_output=True)
     again = life(born)
     assert (again.generation, again.status) == (2, "no-change")
     consistent(born)

@@ -63,7 +63,8 @@ EXPECTED: dict[str, list[str]] = {
         "6:3: spec.generatons: unknown field; did you mean 'generations'? "
         "(allowed here: generations, model, ceilings, storage, instrument, executor)",
         "10:5: spec.ceilings.memroy: unknown field; did you mean 'memory'? (allowed here: wall, "
-        "cpu, memory, swap, tasks, worktree, worktree_files, tmp, run, enforcement)",
+        "cpu, memory, swap, tasks, worktree, worktree_files, tmp, run, enforcement, "
+        "model_requests, model_audit)",
     ],
     "values.yaml": [
         "4:9: metadata.name: 'Bad_Name' is not a valid lineage name: use 1-63 lowercase letters, "
