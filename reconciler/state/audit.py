@@ -230,8 +230,10 @@ class _Prefixes:
     does the exact, slower check.
     """
 
-    def __init__(self, repo: pygit2.Repository, kind: str, final: bytes) -> None:
+    def __init__(self, repo: pygit2.Repository, kind: str, final: bytes,
+                 final_id: pygit2.Oid | None = None) -> None:
         self.repo, self.kind, self.final = repo, kind, memoryview(final)
+        self.final_id = final_id
         self.known: dict[pygit2.Oid, int | None] = {}
 
     def length(self, oid: pygit2.Oid | None) -> int | None:
@@ -239,10 +241,10 @@ class _Prefixes:
         if oid is None:
             return 0
         if oid not in self.known:
-            self.prepare([oid])
+            self.prepare([oid], threads=1)
         return self.known[oid]
 
-    def prepare(self, oids: Iterable[pygit2.Oid | None]) -> None:
+    def prepare(self, oids: Iterable[pygit2.Oid | None], threads: int = _HASH_THREADS) -> None:
         """Measure many versions at once: the hashing runs on a few threads (hashlib
         releases the GIL), since it is the one cost here that grows faster than history."""
         sizes: dict[pygit2.Oid, int] = {}
@@ -259,7 +261,11 @@ class _Prefixes:
             else:
                 sizes[oid] = int(size)
         items = list(sizes.items())
-        with ThreadPoolExecutor(max_workers=_HASH_THREADS) as pool:
+        if threads <= 1 or len(items) < 2:
+            for oid, size in items:
+                self.known[oid] = size if self._same((oid, size)) else None
+            return
+        with ThreadPoolExecutor(max_workers=threads) as pool:
             for (oid, size), same in zip(items, pool.map(self._same, items), strict=True):
                 self.known[oid] = size if same else None
 
@@ -372,6 +378,7 @@ class _Audit:
     name: str
     paths: LineagePaths
     findings: list[Finding] = field(default_factory=list)
+    folders: _Prefixes | None = None  # the observations' generations/ versions, shared
     generations: int = 0
     observations: int = 0
     commits: int = 0
@@ -547,8 +554,10 @@ class _Audit:
         diffed.
         """
         folders = [_tree_id(commit.tree, formats.GENERATIONS_DIR) for commit in chain]
-        final = repo.odb.read(folders[-1])[1] if folders[-1] is not None else b""
-        prefixes = _Prefixes(repo, "tree", final)
+        prefixes = self.folders
+        if prefixes is None or prefixes.final_id != folders[-1]:
+            final = repo.odb.read(folders[-1])[1] if folders[-1] is not None else b""
+            prefixes = _Prefixes(repo, "tree", final, folders[-1])
         prefixes.prepare(folders)
         metadata = [_blob_id(commit.tree, formats.OBSERVATION_METADATA_FILE) for commit in chain]
         for index, commit in enumerate(chain[1:], start=1):
@@ -645,16 +654,22 @@ class _Audit:
             return False
 
 
-def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid) -> int:
+def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid,
+                          folders: _Prefixes | None = None) -> int:
     """Read every object reachable from ``head`` -- all parents, trees and blobs -- once
     each, and count those that cannot be read. libgit2 inflates each object and checks
     its hash against its id, so a corrupt or missing object is found as ``git fsck`` finds
-    it. Iterative (history and trees may be deep); memory is the set of ids seen."""
+    it. Iterative (history and trees may be deep); memory is the set of ids seen.
+
+    Linear in entries: a version of the observations' ``generations/`` (``folders``)
+    whose bytes are a prefix of the newest one is read whole (checked) but its entries
+    are not walked again: they are the newest version's first entries, walked once.
+    """
     seen: set[pygit2.Oid] = set()
-    stack = [head]
+    stack: list[tuple[pygit2.Oid, bool]] = [(head, False)]
     unreadable = 0
     while stack:
-        oid = stack.pop()
+        oid, root = stack.pop()
         if oid in seen:
             continue
         seen.add(oid)
@@ -665,28 +680,63 @@ def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid) -> int:
         if item is None:
             unreadable += 1
         elif isinstance(item, pygit2.Commit):
-            stack.extend(item.parent_ids)
-            stack.append(item.tree_id)
+            stack.extend((parent, False) for parent in item.parent_ids)
+            stack.append((item.tree_id, True))
         elif isinstance(item, pygit2.Tree):
-            stack.extend(
-                entry.id for entry in item if entry.filemode != pygit2.GIT_FILEMODE_COMMIT
-            )
+            for entry in item:
+                if entry.filemode == pygit2.GIT_FILEMODE_COMMIT:
+                    continue
+                if (root and folders is not None and entry.name == formats.GENERATIONS_DIR
+                        and entry.id != folders.final_id and entry.id not in seen
+                        and folders.length(entry.id) is not None):
+                    seen.add(entry.id)
+                    unreadable += not _inflates(repo, entry.id)
+                    continue
+                stack.append((entry.id, False))
     return unreadable
+
+
+def _inflates(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
+    """The object reads whole (libgit2 inflates it and checks its hash)."""
+    try:
+        repo.odb.read(oid)
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        return False
+    return True
+
+
+def _newest_folder(repo: pygit2.Repository, head: pygit2.Oid) -> _Prefixes | None:
+    """The observations' newest ``generations/``, to recognise its earlier versions."""
+    try:
+        commit = repo.get(head)
+        if not isinstance(commit, pygit2.Commit):
+            return None
+        folder = _tree_id(commit.tree, formats.GENERATIONS_DIR)
+        if folder is None:
+            return None
+        return _Prefixes(repo, "tree", repo.odb.read(folder)[1], folder)
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        return None
 
 
 def _objects(audit: _Audit) -> None:
     """Both repositories' reachable objects; never raises (the later passes judge the rest)."""
     places = (
-        (audit.paths.git_dir, audit.paths.branch),
-        (audit.paths.observations, audit.paths.observation_branch),
+        (audit.paths.git_dir, audit.paths.branch, False),
+        (audit.paths.observations, audit.paths.observation_branch, True),
     )
-    for place, branch in places:
+    for place, branch, observations in places:
         try:
             repo = pygit2.Repository(str(place), _NO_SEARCH)
             head = _branch_head(repo, branch)
         except (pygit2.GitError, OSError, KeyError, ValueError):
             continue
-        if head is not None and _reachable_unreadable(repo, head):
+        if head is None:
+            continue
+        folders = _newest_folder(repo, head) if observations else None
+        if observations:
+            audit.folders = folders
+        if _reachable_unreadable(repo, head, folders):
             audit.find("object-unreadable")
 
 

@@ -19,7 +19,15 @@ import pytest
 from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
 from reconciler.state.audit import CODES, audit_lineage, restored_organism
-from tests.verify.builder import SEED, SIG, Lineage, commit_of, first_parent_chain, tree_of
+from tests.verify.builder import (
+    SEED,
+    SIG,
+    Lineage,
+    commit_of,
+    first_parent_chain,
+    target,
+    tree_of,
+)
 
 LETHAL = b'(message "lethal")\n(kill-emacs 3)\n'
 GROWN = SEED + b'(message "grown")\n'
@@ -725,3 +733,20 @@ def test_a_long_sound_history_is_consistent(tmp_path: Path) -> None:
         lineage.no_change()
     result = audit_lineage(lineage.paths, lineage.name)
     assert (result.status, result.generations) == ("consistent", 44)
+
+
+def test_an_old_generations_folder_that_is_corrupt_is_found(tmp_path: Path) -> None:
+    """An earlier version of the observations' generations/ is not walked entry by entry
+    (its entries are the newest version's), but it is still read whole: damage is found."""
+    lineage = sound(tmp_path)
+    ref = lineage.observations.references[f"refs/heads/{lineage.paths.observation_branch}"]
+    head = commit_of(lineage.observations, target(ref))
+    older = head.parents[0].parents[0]
+    folder = (older.tree / "generations").id
+    hexid = str(folder)
+    path = lineage.paths.observations / ".git" / "objects" / hexid[:2] / hexid[2:]
+    path.chmod(0o644)
+    inner = zlib.decompress(path.read_bytes())
+    path.write_bytes(zlib.compress(inner[:-1] + bytes([inner[-1] ^ 1])))
+    assert "object-unreadable" in {f.code for f in audit_lineage(lineage.paths,
+                                                                  lineage.name).findings}
