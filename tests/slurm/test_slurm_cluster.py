@@ -321,3 +321,32 @@ def test_doctor_runs_a_life_in_a_job(env: dict[str, str]) -> None:
     assert "a life in the sandbox" in result.stdout
     assert "ceilings by" in result.stdout
     assert "on node" in result.stdout
+
+
+def test_a_preempted_job_is_requeued_and_continues(specs: Path, env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    """USR2 is Slurm's warning before preemption (and what submitit's own tests send): the
+    checkpointable job is requeued by submitit with the same request, re-plans under the
+    lock when it runs again and finishes the lineage; nothing runs twice."""
+    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=8)])
+    _with_executor(write_spec(specs, "sl-pre", 3, provider="replay", replay=str(replies)))
+    process = subprocess.Popen(
+        ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(lambda: _started(tmp_path, "sl-pre", 2))
+    job = next(e["executor_job"] for e in _events(tmp_path) if e["event"] == "job-submitted")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=20)
+    out, err = process.communicate(timeout=400)
+    document = report(subprocess.CompletedProcess([], process.returncode, out, err))
+    assert process.returncode == 0, (document, err)
+    paths = lineage_paths(tmp_path / "state", "sl-pre")
+    assert_invariant(paths, 3)
+    published = _generation_events(tmp_path, "sl-pre")
+    assert Counter(published) == Counter([1, 2, 3]), published
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                           timeout=20).stdout
+    assert "Restarts=1" in shown, shown  # requeued once, by submitit's checkpoint
+    # one job id throughout: Slurm requeued the same job
+    ran = {e["executor_job"] for e in _events(tmp_path) if e["event"] == "generation"}
+    assert ran == {job}
