@@ -106,9 +106,12 @@ chmod 0644 "$conf"
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 if [ "$changed" = 1 ]; then
   for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid"; do
-    if running "$pidfile"; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
+    if running "$pidfile"; then
+      pid=$(cat "$pidfile")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
   done
-  sleep 1
 fi
 running "$dir/slurmctld.pid" || slurmctld
 running "$dir/slurmd.pid" || slurmd
