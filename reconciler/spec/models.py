@@ -564,7 +564,7 @@ class CeilingsSpec(_Strict):
 
 
 # sbatch options ouro sets itself for each job (an extra option may not override them).
-OURO_SBATCH_OPTIONS = frozenset(
+RESERVED_SBATCH_OPTIONS = frozenset(
     {"time", "partition", "account", "cpus-per-task", "mem", "signal", "output", "error",
      "job-name", "array", "wrap", "open-mode", "requeue", "no-requeue"}
 )
@@ -581,7 +581,7 @@ def sbatch_option(text: str) -> tuple[str, str | bool]:
             "--constraint=skylake), one per item"
         )
     name = match.group(1)
-    if name in OURO_SBATCH_OPTIONS:
+    if name in RESERVED_SBATCH_OPTIONS:
         raise ValueError(
             f"--{name} is set by ouro itself: use the executor's own fields (partition, "
             "account, time, cpus, memory) instead"
