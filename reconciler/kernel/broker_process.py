@@ -93,7 +93,8 @@ class Service:
                      "generation\n").encode()
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False)
+        # ASCII, as the observation writes it: audited bytes are the bytes it will take
+        line = json.dumps(record, ensure_ascii=True)
         # Provider errors are redacted where they arise; this second net is only safe for a
         # key too long to collide with the record's own text.
         if self.api_key and len(self.api_key) >= MIN_REDACTED_KEY:
