@@ -481,12 +481,9 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
 
     ``preflight`` (``reconciler.state.preflight.provider_problem``) says why the model
     could not be served here; it is asked only when generations would run. Without
-    it the model's configuration is not checked (pure planning, in tests).
-
-    ``kernel``: what is known of the lineage's kernel (``state.kernels.lineage_facts``;
-    for a lineage to be created, of the kernel its spec pins). With it, the kernel is
-    chosen by ``plan.kernels.choose`` (running, store, materialized, or refused); without
-    it only this ouro's own kernel is considered (the commit and fingerprint must match).
+    it the model's configuration is not checked (pure planning, in tests). ``kernel``
+    (``state.kernels.lineage_facts``): the lineage's kernel is chosen by
+    ``plan.kernels.choose``; without it only this ouro's own kernel may run it.
     """
     name = spec.name
     desired = desired_generations(spec)

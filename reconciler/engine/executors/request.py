@@ -108,6 +108,7 @@ def run_request(
 ) -> dict[str, Any]:
     """Run one lineage here; the result document (never raises an OuroError). ``cancel``:
     once set, the running generation ends at once, publishing nothing."""
+    from reconciler.engine.kernels import default_store, facts_for
     from reconciler.plan import plan_lineage
     from reconciler.spec.load import load_specs
     from reconciler.state import instrument
@@ -151,9 +152,12 @@ def run_request(
         reporter=_JobLog(),
         events=_events(Path(request.state_dir) / EVENTS_FILE),
         lock_timeout=request.lock_timeout,
+        store=default_store(Path(request.state_dir)),  # the kernel store the apply uses
     )
     try:
-        planned = plan_lineage(spec, observe(spec_paths(spec)), wanted)
+        observed = observe(spec_paths(spec))
+        planned = plan_lineage(spec, observed, wanted,
+                               kernel=facts_for(spec, observed, wanted, engine.kernel_store()))
     except OuroError as error:
         result = LineageResult(request.name, "refuse")
         result.errors.append(str(error))
