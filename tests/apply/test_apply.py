@@ -349,3 +349,37 @@ def test_parallel_lineages_of_one_apply_all_run(specs: Path, env: dict[str, str]
                for item in report(result)["lineages"])
     for name in names:
         assert_invariant(lineage_paths(tmp_path / "state", name), 3)
+
+
+def test_a_corrupt_object_is_a_refusal_of_apply_not_an_internal_error(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 13: a corrupt blob the kernel must read (the organism's body) is found when
+    the generation reads it: apply reports a refusal naming the repair, exit 1."""
+    import zlib
+
+    import pygit2
+
+    write_spec(specs, "rotten", 1)
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    write_spec(specs, "rotten", 2)
+    paths = lineage_paths(tmp_path / "state", "rotten")
+    repo = pygit2.Repository(str(paths.git_dir))
+    head = repo.revparse_single(f"refs/heads/{paths.branch}")
+    assert isinstance(head, pygit2.Commit)
+    hexid = str(head.tree["organism.el"].id)
+    loose = paths.git_dir / "objects" / hexid[:2] / hexid[2:]
+    good = loose.read_bytes()
+    loose.chmod(0o644)
+    inner = zlib.decompress(good)
+    loose.write_bytes(zlib.compress(inner[:-2] + b"X\n"))
+    result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 1, result.stderr
+    assert "internal error" not in result.stdout + result.stderr
+    (item,) = report(result)["lineages"]
+    assert item["generations_run"] == 0
+    assert "missing or corrupt" in item["refusal"] and "git fsck" in item["refusal"]
+    loose.write_bytes(good)  # restored from a backup: the lineage goes on
+    again = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert report(again)["lineages"][0]["generations_run"] == 1
