@@ -106,6 +106,14 @@ def apply_command(
             "--lock-timeout", min=0, help="seconds to wait for a lineage held by another apply"
         ),
     ] = 60.0,
+    no_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-probe",
+            help="skip the free authenticated request to each provider before its first "
+            "generation (for a server that dislikes it)",
+        ),
+    ] = False,
     as_json: Json = False,
     state_dir: StateDir = None,
     executor: Annotated[
@@ -130,6 +138,7 @@ def apply_command(
         max_generations=max_generations,
         lock_timeout=lock_timeout,
         executor=executor,
+        probe=not no_probe,
     )
     if as_json:
         reporter: PlainReporter = SilentReporter()

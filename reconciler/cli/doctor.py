@@ -17,7 +17,8 @@ class DoctorUsage(OuroError):
 
 def doctor_command(
     paths: Annotated[list[Path] | None, typer.Argument(
-        help="spec files or folders: also check their providers' API key variables")] = None,
+        help="spec files or folders: also check their providers' API keys (a free "
+        "authenticated request to each)")] = None,
     executor: Annotated[str, typer.Option(
         "--executor", help="local: this host; slurm: run the checks in a job on a node "
         "(with the first spec's spec.executor.slurm settings)")] = "local",
@@ -35,10 +36,11 @@ def doctor_command(
             variable = spec.model().api_key_env
             if variable:
                 variables.append((spec.name, variable))
+    models = [(spec.name, spec.model()) for spec in specs]
     if executor == "slurm":
-        checks = _on_a_node(specs) + run_checks_keys(variables)
+        checks = _on_a_node(specs) + run_checks_keys(variables, models)
     elif executor == "local":
-        checks = run_checks(variables)
+        checks = run_checks(variables, models=models)
     else:
         raise DoctorUsage(f"ouro doctor: --executor {executor!r}: use local or slurm")
     for check in checks:
@@ -53,10 +55,11 @@ def doctor_command(
     raise SystemExit(0 if verdict else 1)
 
 
-def run_checks_keys(variables: list[tuple[str, str]]) -> list[Any]:
-    from reconciler.engine.doctor import check_keys
+def run_checks_keys(variables: list[tuple[str, str]], models: list[Any]) -> list[Any]:
+    """The key checks and the provider probes, made here (the key lives on this host)."""
+    from reconciler.engine.doctor import check_keys, check_providers
 
-    return check_keys(variables)
+    return [*check_keys(variables), *check_providers(models)]
 
 
 def _on_a_node(specs: list[Any]) -> list[Any]:

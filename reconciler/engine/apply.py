@@ -32,16 +32,20 @@ from tenacity import (
 from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
+from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel import errors as kernel_errors
 from reconciler.kernel.config import Identity
+from reconciler.kernel.failures import failed_every_call
+from reconciler.kernel.formats import DASH
 from reconciler.plan import LineagePlan, Refusal, plan_lineage
+from reconciler.plan.continuation import decide
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
 from reconciler.state.kernels import KernelStore
-from reconciler.state.observe import Observed, observe
+from reconciler.state.observe import Observed, failed_streak, observe
 from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4
@@ -99,6 +103,9 @@ class LineageResult:
     final_action: str | None = None
     final_generations: int | None = None
     desired_generations: int = 0
+    model_failures: int = 0  # generations whose model calls ended in a provider failure
+    last_model_failure: dict[str, Any] | None = None
+    stopped: str | None = None  # why apply stopped this lineage (plan.continuation.Stop.code)
     audit: dict[str, Any] | None = None  # the background audit's verdict, once it is in
 
     @classmethod
@@ -126,6 +133,9 @@ class LineageResult:
             "observed_generations": self.final_generations,
             "desired_generations": self.desired_generations,
             "audit": self.audit,
+            "model_failures": self.model_failures,
+            "last_model_failure": self.last_model_failure,
+            "stopped": self.stopped,
         }
 
 
@@ -135,6 +145,10 @@ class Reporter(Protocol):
     def lineage_started(self, name: str, done: int, desired: int) -> None: ...
     def generation_started(self, name: str, number: int, desired: int) -> None: ...
     def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None: ...
+    def model_retry(self, name: str, number: int, event: dict[str, Any]) -> None:
+        """The broker retries a model call (``event``: attempt, of, http_status, error,
+        wait_seconds); called from the generation's own thread."""
+        ...
     def lineage_finished(self, result: LineageResult) -> None: ...
     def note(self, message: str) -> None: ...
     def close(self) -> None: ...
@@ -168,6 +182,7 @@ class Engine:
     events: EventLog
     lock_timeout: float
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
+    prober: Prober | None = None  # None: --no-probe
     store: KernelStore | None = None  # the kernel store (None: the default state dir's)
 
     def kernel_store(self) -> KernelStore:
@@ -254,6 +269,9 @@ class Engine:
                     return self._finish(spec, result, current)
                 # (a missing key or replay folder was refused by the plan, before creating)
                 api_key = preflight.api_key(spec.model())
+                if current.pending and self._probe_refuses(spec, api_key, result):
+                    lock.untouched = result.recovered is None  # nothing was created
+                    return self._finish(spec, result, current)
                 if current.action == "create" and not self.limits.may_continue():
                     return self._finish(spec, result, current)
                 if current.pending and kernel is None:
@@ -288,6 +306,36 @@ class Engine:
                 kernel.close()
         return self._finish(spec, result)
 
+    def _retry_listener(self, name: str, number: int) -> Callable[[dict[str, Any]], None]:
+        """The broker's reports of one generation -> events.jsonl and the live progress."""
+
+        def heard(event: dict[str, Any]) -> None:
+            if event.get("event") != "retry":
+                return
+            fields = {key: event.get(key) for key in
+                      ("request_index", "attempt", "of", "http_status", "error", "wait_seconds")}
+            self.events.emit("model-retry", lineage=name, generation=number, **fields)
+            self.reporter.model_retry(name, number, fields)
+
+        return heard
+
+    def _probe_refuses(self, spec: LoadedSpec, api_key: str | None,
+                       result: LineageResult) -> bool:
+        """A free authenticated request before anything is created or run (``probe``):
+        False when the provider takes it, else True with why not and the remedy recorded."""
+        if self.prober is None:
+            return False
+        model = spec.model()
+        found = self.prober.check(model, api_key)
+        if found.ok:
+            return False
+        self.events.emit("probe-failed", lineage=spec.name, provider=model.provider,
+                         code=found.code, http_status=found.http_status, message=found.message)
+        result.errors.append(
+            f"ouro: lineage {spec.name}: {found.message}; nothing was created or run: "
+            f"{found.remedy or 'fix the provider'} (or pass --no-probe)")
+        return True
+
     def _run_generations(
         self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
         kernel: engine_kernels.LineageKernel,
@@ -300,6 +348,9 @@ class Engine:
         model = spec.model()
         ceilings = spec.ceilings()
         provenance = spec_provenance(spec.file, spec.sha256)
+        max_failed = spec.spec.spec.model.max_failed_generations
+        # the run of failed generations goes on across applies: one more, then stop again
+        streak = failed_streak(paths, done, max_failed) if done else 0
         self.reporter.lineage_started(spec.name, done, desired)
         while done < desired:
             if not self.limits.take_generation():
@@ -317,15 +368,21 @@ class Engine:
                             api_key=api_key,
                             provenance=provenance,
                             cancel=self.limits.cancel,
+                            on_event=self._retry_listener(spec.name, number),
                         )
             except generation.GenerationCancelled:
                 self.events.emit("generation-cancelled", lineage=spec.name, generation=number)
                 self.reporter.note(f"{spec.name}: gen {number} stopped; nothing was published")
                 return
             done = outcome.generation
+            failure = outcome.provider_failure
+            streak = streak + 1 if failed_every_call(failure) else 0
             result.generations_run += 1
             result.outcomes[outcome.status] += 1
             result.spend_usd += outcome.accounted_usd
+            if failure is not None:
+                result.model_failures += 1
+                result.last_model_failure = failure
             self.events.emit(
                 "generation",
                 lineage=spec.name,
@@ -335,10 +392,23 @@ class Engine:
                 lineage_commit=outcome.lineage_commit,
                 spend_usd=str(outcome.accounted_usd),
                 kernel=kernel.source,
+                provider_failure=failure,
+                usage_exceeds_request=outcome.usage_exceeds_request,
             )
+            shown = outcome.outcome + (f" {DASH} {failure['message']}" if failure else "")
             self.reporter.generation_finished(
-                spec.name, outcome.generation, outcome.outcome, outcome.accounted_usd
+                spec.name, outcome.generation, shown, outcome.accounted_usd
             )
+            stop = decide(failure, outcome.usage_exceeds_request, failed_in_a_row=streak,
+                          max_failed=max_failed, variable=model.api_key_env, model=model.name)
+            if stop is not None:
+                result.stopped = stop.code
+                result.errors.append(
+                    f"ouro: lineage {spec.name} stopped after gen {done}: {stop.message}"
+                )
+                self.events.emit("lineage-stopped", lineage=spec.name, generation=done,
+                                 reason=stop.code, message=stop.message)
+                return
             if self.limits.cancel.is_set():
                 return
 

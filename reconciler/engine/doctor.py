@@ -3,7 +3,8 @@
 The decisive check runs one real life through the kernel's own sandbox and
 ceilings (a tiny organism that reports Emacs's and curl's versions), so a
 green doctor means a generation can run here, not merely that programs exist.
-Checks never print secrets: for API keys only whether the variable is set.
+Checks never print secrets: for API keys only whether the variable is set, and
+for each provider the specs use, whether it takes the key (the probe apply makes).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import pygit2
 
+from reconciler.engine.probe import Prober
 from reconciler.kernel import errors as kernel_errors
-from reconciler.kernel.config import ENFORCEMENTS, Ceilings
+from reconciler.kernel.config import ENFORCEMENTS, OFFLINE_PROVIDERS, Ceilings, ModelConfig
 
 PROBE_ORGANISM = """\
 (with-temp-file "/work/probe.txt"
@@ -136,8 +138,28 @@ def check_keys(variables: Sequence[tuple[str, str]]) -> list[Check]:
     return checks
 
 
+def check_providers(models: Sequence[tuple[str, ModelConfig]],
+                    prober: Prober | None = None) -> list[Check]:
+    """(lineage, model) pairs: the probe apply makes, once per provider configuration."""
+    prober = prober or Prober()
+    checks: list[Check] = []
+    seen: set[tuple[object, ...]] = set()
+    for lineage, model in models:
+        if model.provider in OFFLINE_PROVIDERS or Prober.key(model) in seen:
+            continue
+        seen.add(Prober.key(model))
+        variable = model.api_key_env
+        key = os.environ.get(variable) if variable else None
+        if variable and not key:
+            continue  # check_keys says so
+        found = prober.check(model, key)
+        checks.append(Check(f"provider for {lineage}", found.ok, found.message, found.remedy))
+    return checks
+
+
 def run_checks(key_variables: Sequence[tuple[str, str]] = (),
-               life: Callable[[], Check] = check_life) -> list[Check]:
+               life: Callable[[], Check] = check_life,
+               models: Sequence[tuple[str, ModelConfig]] = ()) -> list[Check]:
     bwrap = check_program("bwrap")
     checks = [check_python(), bwrap, check_program("emacs"), check_program("curl")]
     backends = [check_backend(name) for name in ENFORCEMENTS if name != "auto"]
@@ -149,6 +171,7 @@ def run_checks(key_variables: Sequence[tuple[str, str]] = (),
     if bwrap.ok and any(check.ok for check in backends):
         checks.append(life())
     checks += check_keys(key_variables)
+    checks += check_providers(models)
     return checks
 
 

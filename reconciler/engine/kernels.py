@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -408,7 +408,11 @@ class LineageKernel:
 
     def generation(self, *, paths: LineagePaths, model: ModelConfig, ceilings: Ceilings,
                    api_key: str | None, provenance: Provenance | None,
-                   cancel: threading.Event | None) -> GenerationOutcome:
+                   cancel: threading.Event | None,
+                   on_event: Callable[[dict[str, Any]], None] | None = None
+                   ) -> GenerationOutcome:
+        """One generation; ``on_event`` hears the broker's reports (retries) when the kernel
+        runs in this process (a pinned kernel's subprocess keeps them in its audit)."""
         if self.pinned is not None:
             return self.pinned.generation(
                 paths=paths, identity=self.identity, model=model, ceilings=ceilings,
@@ -417,7 +421,8 @@ class LineageKernel:
 
         return generation.run_generation(
             paths=paths, identity=self.identity, model=model, ceilings=ceilings,
-            api_key=api_key, provenance=provenance, cancel=cancel, ran_with=self.ran_with)
+            api_key=api_key, provenance=provenance, cancel=cancel, ran_with=self.ran_with,
+            on_event=on_event)
 
 
 def _recorded_identity(metadata: Mapping[str, Any] | None, commit: str, fingerprint: str,

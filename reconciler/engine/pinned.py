@@ -79,8 +79,11 @@ def request_json(action: str, *, paths: LineagePaths, identity: Identity | None 
     if identity is not None:
         request["identity"] = dataclasses.asdict(identity)
     if model is not None and ceilings is not None:
+        model_json = _jsonable(dataclasses.asdict(model))
+        if not model.store:  # added after v1: kernels from before refuse fields they lack
+            model_json.pop("store", None)
         request.update(
-            model=_jsonable(dataclasses.asdict(model)),
+            model=model_json,
             ceilings=dataclasses.asdict(ceilings), api_key=api_key,
             provenance=dataclasses.asdict(provenance) if provenance is not None else None,
             ran_with=dict(ran_with) if ran_with is not None else None,
@@ -270,6 +273,7 @@ class PinnedKernel:
         result = self.call(request_json(
             "generation", paths=paths, identity=identity, model=model, ceilings=ceilings,
             api_key=api_key, provenance=provenance, ran_with=ran_with), cancel)
+        failure = result.get("provider_failure")  # a kernel from before records none
         try:
             return GenerationOutcome(
                 generation=int(result["generation"]), status=result["status"],
@@ -278,6 +282,8 @@ class PinnedKernel:
                 accounted_usd=Decimal(str(result["accounted_usd"])),
                 duration_ms=int(result["duration_ms"]), exit_status=int(result["exit_status"]),
                 external_edit=result.get("external_edit"),
+                provider_failure=failure if isinstance(failure, dict) else None,
+                usage_exceeds_request=result.get("usage_exceeds_request") is True,
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise kernel_errors.KernelError(

@@ -35,6 +35,7 @@ from reconciler.engine.apply import (
 from reconciler.engine.audits import AuditBatches
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
+from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.kernel.config import Identity
 from reconciler.plan import LineagePlan, Plan
@@ -62,6 +63,7 @@ class ApplyRequest:
     max_generations: int | None = None  # in all
     lock_timeout: float = 60.0  # seconds to wait for a lineage another apply holds
     executor: str = "local"  # where the lineages run: local | slurm (engine.executors)
+    probe: bool = True  # a free authenticated request per provider before its first generation
 
 
 class ApplyUI(Protocol):
@@ -222,7 +224,8 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     audits = AuditBatches()
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
-                    store=engine_kernels.default_store(request.state_dir))
+                    store=engine_kernels.default_store(request.state_dir),
+                    prober=Prober() if request.probe else None)
     runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     jobs = [*runnable, *to_check]

@@ -13,6 +13,14 @@ record as ``pending`` with its worst case, so a crash loses no spend).
       200 text | 400 invalid request | 402 budget exhausted | 502 model unavailable
       429 the generation's ceilings on model requests or audited bytes are reached: the
           provider is not asked, and the request is only counted (``refused.json``)
+      a 200 whose reply was cut off (the output-token limit) carries
+      X-Ouroboros-Truncated: true
+
+A request for more output tokens than the per-request maximum is clamped to it
+(the original instrument's rule), not refused. After ``ready`` the process
+reports to its parent on its stdout, one JSON object a line (``{"event":
+"retry", ...}`` before each retry's wait): ``Broker.start(on_event=...)`` hears
+them; lines a slow parent cannot take are dropped, never waited for.
 
 The broker exits when told to (SIGTERM) or when its parent goes away (its
 stdin reaches end of file).
@@ -32,7 +40,9 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -64,6 +74,8 @@ CAPABILITIES_FILE = "capabilities.json"
 AUDIT_FILE = "audit.jsonl"
 LOG_FILE = "broker.log"
 TOKEN_HEADER = "X-Ouroboros-Max-Output-Tokens"
+TRUNCATED_HEADER = "X-Ouroboros-Truncated"  # "true" on a 200 whose reply was cut off
+BUDGET_BODY = b"generation budget exhausted\n"  # the original broker's 402 body, word for word
 START_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
 KEYED = ("anthropic", "openai")
@@ -108,6 +120,8 @@ def capabilities(constraints: dict[str, Any], kernel_view: str = "/kernel") -> d
                         TOKEN_HEADER: "positive integer",
                     },
                 },
+                # byte for byte the original's; TRUNCATED_HEADER is documented in
+                # docs/contract.md and used by the seed organism
                 "success": {"status": 200, "body": "raw UTF-8 generated text"},
                 "errors": _errors(constraints),
             },
@@ -171,6 +185,7 @@ def model_json(model: ModelConfig) -> dict[str, Any]:
         "max_prompt_bytes": model.max_prompt_bytes,
         "request_timeout_seconds": model.request_timeout_seconds,
         "budget_usd": str(model.budget_usd),
+        "store": model.store,
     }
 
 
@@ -185,6 +200,7 @@ def model_from_json(value: dict[str, Any]) -> ModelConfig:
         max_prompt_bytes=int(value["max_prompt_bytes"]),
         request_timeout_seconds=int(value["request_timeout_seconds"]),
         budget_usd=Decimal(value["budget_usd"]),
+        store=value.get("store") is True,
     )
 
 
@@ -197,6 +213,7 @@ class Broker:
         self.kernel_dir = kernel_dir
         self.private_dir = private_dir
         self.socket_path = kernel_dir / SOCKET_FILE
+        self._events: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -206,14 +223,16 @@ class Broker:
     def start(cls, *, kernel_dir: Path, private_dir: Path, model: ModelConfig,
               constraints: dict[str, Any], api_key: str | None, generation: int,
               replay_cursor: int = 0, kernel_view: str = "/kernel",
-              start_timeout: float = START_TIMEOUT_SECONDS) -> Broker:
+              start_timeout: float = START_TIMEOUT_SECONDS,
+              on_event: Callable[[dict[str, Any]], None] | None = None) -> Broker:
         """Start the broker; returns once the socket accepts and the manifest is written.
 
         ``kernel_view`` is where the organism sees ``kernel_dir`` (``/kernel`` in the
         sandbox; tests running an organism outside one pass ``kernel_dir`` itself).
-        Raises ``ProviderConfigError`` before anything starts, ``RecoveryError`` if
-        ``private_dir`` already holds an audit, ``TransientError`` if the process
-        fails to come up.
+        ``on_event(event)`` hears the process's reports (a retry and its wait), on a
+        thread of its own. Raises ``ProviderConfigError`` before anything starts,
+        ``RecoveryError`` if ``private_dir`` already holds an audit,
+        ``TransientError`` if the process fails to come up.
         """
         check_config(model, api_key, generation, replay_cursor)
         kernel_dir = Path(os.path.abspath(kernel_dir))
@@ -272,6 +291,9 @@ class Broker:
             broker.kill()
             message = line.decode("utf-8", "replace").strip() or _log_tail(private_dir)
             raise TransientError(f"kernel: the model broker did not start: {message}")
+        broker._events = threading.Thread(target=_relay_events, args=(process.stdout, on_event),
+                                          name="ouro-broker-events", daemon=True)
+        broker._events.start()  # always drained, so the process never blocks on its stdout
         return broker
 
     def stop(self) -> BrokerReport:
@@ -301,7 +323,9 @@ class Broker:
 
     def _cleanup(self) -> None:
         self._close_stdin()
-        if self.process.stdout is not None:
+        if self._events is not None:  # it owns stdout: end of file comes with the process's end
+            self._events.join(STOP_GRACE_SECONDS)
+        elif self.process.stdout is not None:
             self.process.stdout.close()
         self.socket_path.unlink(missing_ok=True)
 
@@ -361,6 +385,26 @@ def _read_line(stream: IO[bytes], timeout: float) -> bytes:
                 break
             data += chunk
     return data
+
+
+def _relay_events(stream: IO[bytes], on_event: Callable[[dict[str, Any]], None] | None) -> None:
+    """Read the process's report lines until it ends; hand each JSON object to ``on_event``."""
+    try:
+        for line in iter(stream.readline, b""):
+            if on_event is None:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                with contextlib.suppress(Exception):  # a listener's bug is not the broker's
+                    on_event(event)
+    except (OSError, ValueError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 def _log_tail(private_dir: Path) -> str:

@@ -11,6 +11,7 @@ by the parent.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -28,6 +29,7 @@ from typing import Any
 
 from .broker import (
     AUDIT_FILE,
+    BUDGET_BODY,
     CAPABILITIES_FILE,
     CEILING_MESSAGE,
     CEILING_STATUS,
@@ -35,6 +37,7 @@ from .broker import (
     REFUSED_FILE,
     SOCKET_FILE,
     TOKEN_HEADER,
+    TRUNCATED_HEADER,
     capabilities,
     model_from_json,
 )
@@ -67,6 +70,7 @@ class Service:
         self.ledger = Ledger(self.model.budget_usd, self.model.price)
         self.offline = self.model.provider in ("replay", "echo")
         self.index = 0
+        self.reply_headers: dict[str, str] = {}  # extra headers of the current reply
         self.private_dir = Path(config["private_dir"])
         self.audit = open(self.private_dir / AUDIT_FILE, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
         limits = config["constraints"].get("model", {})
@@ -118,6 +122,7 @@ class Service:
             return self.refuse_over_ceiling(
                 _positive_int(headers.get("content-length"), allow_zero=True), read_body)
         self.index += 1
+        self.reply_headers = {}
         clock = time.monotonic()
         record: dict[str, Any] = {
             "schema": MODEL_CALL_SCHEMA, "generation": self.generation,
@@ -127,6 +132,9 @@ class Service:
             "response": None, "response_bytes": None, "response_sha256": None,
             "http_status": None, "error": None, "error_detail": None, "usage": None,
             "reserved_usd": None, "accounted_usd": "0", "attempts": [],
+            # ouro's additions: why the reply ended, and spend the request could not cost
+            "stop_reason": None, "provider_response_status": None, "truncated": None,
+            "usage_exceeds_request": False,
         }
 
         stored: set[str] = set()  # prompt/response already in an earlier record of this call
@@ -175,9 +183,7 @@ class Service:
             return refuse(400, f"header {TOKEN_HEADER} is missing")
         if tokens is None or tokens < 1:
             return refuse(400, f"header {TOKEN_HEADER} is not a positive integer")
-        if tokens > self.model.max_output_tokens:
-            return refuse(400, f"{tokens} output tokens exceed max_output_tokens_per_request "
-                               f"{self.model.max_output_tokens}")
+        tokens = min(tokens, self.model.max_output_tokens)  # clamped, as the original does
         record["granted_output_tokens"] = tokens
 
         def checkpoint(progress: Any, outstanding: Decimal) -> None:
@@ -190,15 +196,24 @@ class Service:
         result = run_request(self.provider, prompt=prompt, prompt_bytes=len(raw),
                              max_tokens=tokens, ledger=self.ledger,
                              timeout_seconds=self.model.request_timeout_seconds,
-                             checkpoint=checkpoint, offline=self.offline)
+                             checkpoint=checkpoint, offline=self.offline,
+                             on_retry=lambda event: report(
+                                 dict(event, event="retry", request_index=self.index)))
         record.update(attempts=result.attempts, reserved_usd=usd_text(result.reserved),
-                      accounted_usd=usd_text(result.accounted))
+                      accounted_usd=usd_text(result.accounted),
+                      usage_exceeds_request=result.usage_exceeds_request)
         if result.completion is not None:
             text = result.completion.text.encode("utf-8")
             usage = result.completion.usage
-            record.update(response=result.completion.text, response_bytes=len(text),
+            completion = result.completion
+            record.update(response=completion.text, response_bytes=len(text),
                           response_sha256=_sha(text),
-                          usage=usage.as_record() if usage else None)
+                          usage=usage.as_record() if usage else None,
+                          stop_reason=completion.stop_reason,
+                          provider_response_status=completion.provider_status,
+                          truncated=completion.truncated)
+            if completion.truncated:
+                self.reply_headers = {TRUNCATED_HEADER: "true"}
             return finish(200, text)
         if result.budget_refused:  # amounts stay in the audit: prices are not the organism's
             worst = worst_case_usd(self.ledger.price, len(raw), tokens)
@@ -207,11 +222,18 @@ class Service:
             record.update(http_status=402, error=ERRORS[402], error_detail=detail,
                           duration_ms=round((time.monotonic() - clock) * 1000))
             write_once(record)
-            return 402, f"{MESSAGES[402]}\n".encode()
+            return 402, BUDGET_BODY
         failure = result.failure
         assert failure is not None
         record["usage"] = failure.usage.as_record() if failure.usage else None
         return finish(502, b"model unavailable\n", f"{failure.reason}: {failure.detail}")
+
+
+def report(event: dict[str, Any]) -> None:
+    """One line to the parent on stdout (non-blocking: dropped if the pipe is full)."""
+    line = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8")
+    with contextlib.suppress(OSError):  # a full pipe or the parent gone: the audit has it all
+        os.write(1, line)  # a pipe write of < PIPE_BUF bytes is whole or not at all
 
 
 def _drain(read_body: Any, length: int) -> None:
@@ -248,9 +270,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the audit is the log
 
-    def _reply(self, status: int, body: bytes) -> None:
+    def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
@@ -275,7 +299,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as exc:  # a broker bug must not take the generation's audit with it
             sys.stderr.write(f"broker: internal error: {type(exc).__name__}: {exc}\n")
             status, body = 502, b"model unavailable\n"
-        self._reply(status, body)
+            self.server.service.reply_headers = {}
+        self._reply(status, body, self.server.service.reply_headers if status == 200 else None)
 
     def do_GET(self) -> None:
         self._discard_body()
@@ -338,6 +363,7 @@ def main() -> int:
     threading.Thread(target=watch_parent, daemon=True).start()
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    os.set_blocking(1, False)  # from here on: report lines only, never waited for
     try:
         server.serve_forever()
     finally:

@@ -66,6 +66,7 @@ class ModelConfig:
     max_prompt_bytes: int = 196608
     request_timeout_seconds: int = 600
     budget_usd: Decimal = Decimal("1.00")
+    store: bool = False  # openai (Responses API): ask the provider to keep the response
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ ERROR_KINDS: tuple[tuple[str, type[BaseException]], ...] = (
 _MAX_REQUEST_BYTES = 1 << 20
 # A generation's result in the outcome (``GenerationOutcome``'s fields as of v1).
 OUTCOME_FIELDS = ("generation", "status", "outcome", "lineage_commit", "observation_commit",
-                  "accounted_usd", "duration_ms", "exit_status", "external_edit")
+                  "accounted_usd", "duration_ms", "exit_status", "external_edit",
+                  # added: readers of older kernels' outcomes take None / False
+                  "provider_failure", "usage_exceeds_request")
 
 
 class RequestError(Exception):
@@ -147,7 +149,16 @@ def _model(value: Any) -> ModelConfig:
         max_prompt_bytes=_typed(found, "max_prompt_bytes", int, "model"),
         request_timeout_seconds=_typed(found, "request_timeout_seconds", int, "model"),
         budget_usd=_decimal(found.get("budget_usd"), "model.budget_usd"),
+        store=_flag(found, "store", "model"),
     )
+
+
+def _flag(value: dict[str, Any], key: str, where: str) -> bool:
+    """An optional boolean (absent: False)."""
+    item = value.get(key, False)
+    if not isinstance(item, bool):
+        raise RequestError(f"kernel: request {where}.{key} has the wrong type")
+    return item
 
 
 def _ceilings(value: Any) -> Ceilings:

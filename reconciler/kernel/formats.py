@@ -58,9 +58,10 @@ class Change:
 # ---------------------------------------------------------------- lineage commits
 
 
-def subject_changed(n: int, change: Change) -> str:
+def subject_changed(n: int, change: Change, note: str | None = None) -> str:
+    """``note`` (e.g. ``model unavailable (401)``) annotates a no-change only."""
     if not change.paths:
-        return subject_no_change(n)
+        return subject_no_change(n, note)
     if change.organism_changed:
         return (
             f"gen {n}: changed (organism +{change.organism_added}/-{change.organism_deleted}; "
@@ -69,8 +70,9 @@ def subject_changed(n: int, change: Change) -> str:
     return f"gen {n}: changed (organism unchanged; {change.paths} other paths)"
 
 
-def subject_no_change(n: int) -> str:
-    return f"gen {n}: no-change"
+def subject_no_change(n: int, note: str | None = None) -> str:
+    """``gen N: no-change``, or ``gen N: no-change — NOTE`` (readers match the prefix)."""
+    return f"gen {n}: no-change {DASH} {note}" if note else f"gen {n}: no-change"
 
 
 def subject_died(n: int, exit_status: int) -> str:

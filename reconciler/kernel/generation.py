@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pygit2
 
-from . import faults, publish, recovery
+from . import failures, faults, publish, recovery
 from .broker import CAPABILITIES_FILE, SOCKET_FILE, capabilities, check_config
 from .config import (
     GENERATION_SCHEMA,
@@ -147,6 +147,8 @@ class GenerationOutcome:
     duration_ms: int
     exit_status: int
     external_edit: str | None = None  # the `external edit` commit made first, if any
+    provider_failure: dict[str, Any] | None = None  # failures.provider_failure of its calls
+    usage_exceeds_request: bool = False  # a provider reported more than a request could cost
 
 
 class _BrokerLike(Protocol):
@@ -458,7 +460,11 @@ def _classify(
     n: int,
     journal: bytes,
     timestamp: str,
+    note: str | None = None,
 ) -> _Result:
+    """``note`` (the model's failure, e.g. ``model unavailable (401)``) is said by the
+    journal heading and the subject of a no-change; a death's entry stays exit code and
+    stderr, nothing else."""
     lines = _stderr_lines(result.stderr)
     accounting = result.accounting
     rejection: dict[str, Any] | None = None
@@ -485,13 +491,14 @@ def _classify(
         except DecoderRejection as exc:
             rejection = {"message": str(exc), "path": exc.path}
         else:
-            entry = journal_entry(n, change.status, timestamp, detail=change.detail)
+            detail = change.detail or (note if change.status == "no-change" else None)
+            entry = journal_entry(n, change.status, timestamp, detail=detail)
             tree_id = publish.with_journal(lineage, tree, _append(journal, entry))
             return _Result(
                 change.status,
                 outcome_text(change.status, change.detail),
                 tree_id,
-                subject_changed(n, change),
+                subject_changed(n, change, note),
                 len(files),
                 sum(len(f.data) for f in files),
                 None,
@@ -539,9 +546,10 @@ def _observation(
 ) -> dict[str, Any]:
     """The generation's observation record: CONTRACT.md's fields in the original's order,
     then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection,
-    replay_cursor: model calls answered 200 in this lineage through this generation, and
+    replay_cursor: model calls answered 200 in this lineage through this generation,
     ran_with: the kernel, control plane and versions, as the control plane gave them;
-    model_calls_refused: requests answered 429 past the model ceilings, not in model_calls)."""
+    model_calls_refused: requests answered 429 past the model ceilings, not in model_calls;
+    provider_failure and usage_exceeds_request: ``failures``' reading of the calls)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -570,6 +578,8 @@ def _observation(
         "replay_cursor": cursor + _successes(calls),
         "ran_with": dict(ran_with) if ran_with is not None else None,
         "model_calls_refused": refused,
+        "provider_failure": failures.provider_failure(calls),
+        "usage_exceeds_request": failures.usage_exceeds_request(calls),
     }
 
 
@@ -585,8 +595,12 @@ def run_generation(
     kill_point: Callable[[str], None] | None = None,
     runtime: Runtime | None = None,
     ran_with: Mapping[str, Any] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> GenerationOutcome:
     """Run and publish one generation, or raise having published nothing.
+
+    ``on_event(event)`` hears the broker's reports while the organism lives (a
+    retry and its wait: ``broker``'s docstring), from another thread.
 
     ``PreflightError`` (``DriftError``, ``ProviderConfigError``, ``CeilingError``):
     refused before anything was written. ``RecoveryError``: leftovers of an
@@ -602,6 +616,7 @@ def run_generation(
             paths=paths, identity=identity, model=model, ceilings=ceilings, api_key=api_key,
             provenance=provenance, cancel=cancel, kill_point=kill_point, runtime=runtime,
             ran_with=ran_with,
+            on_event=on_event,
         )
     except (OSError, pygit2.GitError) as exc:
         raise faults.translate(exc, paths, (recovery.kernel_temp_root(),)) from exc
@@ -623,6 +638,7 @@ def _generation(
     kill_point: Callable[[str], None] | None,
     runtime: Runtime | None,
     ran_with: Mapping[str, Any] | None,
+    on_event: Callable[[dict[str, Any]], None] | None,
 ) -> GenerationOutcome:
     """``run_generation`` itself, its host faults not yet named.
 
@@ -657,8 +673,9 @@ def _generation(
     try:
         _write_manifest(parts.kernel_dir, constraints)
         parts.door = Door(parts.kernel_dir)  # answers once the broker is up
+        listener = {"on_event": on_event} if on_event is not None else {}
         parts.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
-                             generation=n, replay_cursor=cursor)
+                           generation=n, replay_cursor=cursor, **listener)
         with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
             runtime.reap_scopes("")
         scope_name = _scope_name(paths, n)
@@ -788,7 +805,9 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
             f"its model spend ${spend} recorded"
         )
 
-    outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, _now())
+    failure = failures.provider_failure(calls)
+    outcome = _classify(lineage, head, result, ceilings, runtime, n, journal, _now(),
+                        failure["message"] if failure else None)
     commit_id = publish.create_commit(lineage, outcome.tree, head.id, outcome.subject)
     hook("after-lineage-object")
     publish.write_marker(paths, dict(attempt.marker, phase="publishing",
@@ -837,6 +856,8 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
         duration_ms=int((time.monotonic() - attempt.clock) * 1000),
         exit_status=result.exit_status,
         external_edit=str(attempt.edited.id) if attempt.edited is not None else None,
+        provider_failure=failure,
+        usage_exceeds_request=bool(record["usage_exceeds_request"]),
     )
 
 

@@ -19,8 +19,9 @@ from .config import Price
 __all__ = ["PROMPT_FRAMING_TOKENS", "Ledger", "Reservation", "Usage", "estimate_prompt_tokens",
            "usd_text", "worst_case_usd"]
 
-# Providers count a few tokens of message framing on top of the text itself.
-PROMPT_FRAMING_TOKENS = 32
+# Providers count tokens of message framing on top of the text itself; the original
+# instrument allows 4,096, and a budget here is never looser than there.
+PROMPT_FRAMING_TOKENS = 4096
 ZERO = Decimal(0)
 
 

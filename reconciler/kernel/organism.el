@@ -3,7 +3,10 @@
 ;; One load of this file by `emacs -Q --batch -l /work/organism.el' is one
 ;; life.  It asks the kernel's model for the next version of itself and, when
 ;; one arrives, puts it in place of this file.  No reply, or an error reply,
-;; leaves the file as it is, and the life still ends well (exit 0).
+;; leaves the file as it is, and the life still ends well (exit 0).  A reply
+;; the kernel marks as cut off (header X-Ouroboros-Truncated) is half a body:
+;; it is not installed, and the fact goes into notes.md, which the next life
+;; shows the model.
 
 (require 'json)
 (require 'seq)
@@ -17,6 +20,9 @@
 
 (defvar organism-output-tokens nil
   "Output tokens to ask for; nil means the most the kernel allows.")
+
+(defvar organism-notes-file "notes.md"
+  "This lineage's own notes, in the work directory: what earlier lives found.")
 
 (defvar organism-prompt
   "This text is the instruction part of a file named organism.el, and you are
@@ -68,9 +74,17 @@ byte and loaded in the next life.  An empty reply keeps the current version."
   (let ((value (alist-get key (alist-get 'model (alist-get 'constraints manifest)))))
     (and (integerp value) (> value 0) value)))
 
+(defun organism--truncated-p (headers)
+  "Non-nil when the response HEADERS file says the reply was cut off."
+  (let ((text (organism--read-file headers)))
+    (and text
+         (let ((case-fold-search t))
+           (string-match-p "^x-ouroboros-truncated:[ \t]*true" text)))))
+
 (defun organism--ask (manifest prompt destination)
   "POST PROMPT to the generate capability of MANIFEST; save the reply in DESTINATION.
-Return non-nil when the kernel answered 200 with a non-empty body."
+Return `ok' when the kernel answered 200 with a non-empty body, `truncated'
+when that body was cut off at the output-token limit, nil otherwise."
   (let* ((generate (organism--capability manifest "generate"))
          (socket (alist-get 'socket generate))
          (path (alist-get 'path generate))
@@ -81,7 +95,8 @@ Return non-nil when the kernel answered 200 with a non-empty body."
          (seconds (+ 30 (or (organism--limit manifest 'request_timeout_seconds) 600))))
     (when (and (stringp socket) (stringp path)
                (equal (alist-get 'method generate) "POST"))
-      (let ((body (make-temp-file "organism-prompt-")))
+      (let ((body (make-temp-file "organism-prompt-"))
+            (headers (make-temp-file "organism-headers-")))
         (unwind-protect
             (let ((coding-system-for-write 'utf-8-unix))
               (write-region prompt nil body nil 'silent)
@@ -96,14 +111,24 @@ Return non-nil when the kernel answered 200 with a non-empty body."
                                    "--header" (format "X-Ouroboros-Max-Output-Tokens: %d" tokens)
                                    "--data-binary" (concat "@" body)
                                    "--output" destination
+                                   "--dump-header" headers
                                    "--write-out" "%{http_code}"
                                    (concat "http://kernel" path))
                                 (error (message "organism: cannot ask: %S" problem) nil))))
                   (and (eql status 0)
                        (equal (string-trim (buffer-string)) "200")
                        (file-exists-p destination)
-                       (> (file-attribute-size (file-attributes destination)) 0)))))
-          (delete-file body))))))
+                       (> (file-attribute-size (file-attributes destination)) 0)
+                       (if (organism--truncated-p headers) 'truncated 'ok)))))
+          (delete-file body)
+          (delete-file headers))))))
+
+(defun organism--note (text)
+  "Append TEXT as one line to the notes file in the work directory."
+  (let ((coding-system-for-write 'utf-8-unix))
+    (write-region (concat "- " text "\n") nil
+                  (expand-file-name organism-notes-file organism-work-directory)
+                  t 'silent)))
 
 (defun organism-live ()
   "Ask for a successor; install it if one comes."
@@ -112,18 +137,29 @@ Return non-nil when the kernel answered 200 with a non-empty body."
          (next (expand-file-name "organism.el.next" organism-work-directory))
          (journal (organism--read-file
                    (alist-get 'path (organism--capability manifest "journal"))))
+         (notes (organism--read-file
+                 (expand-file-name organism-notes-file organism-work-directory)))
          (prompt (concat organism-prompt
                          "\n\n----- capabilities.json -----\n"
                          (or (organism--read-file organism-manifest-file) "(unreadable)\n")
                          "\n----- journal.md -----\n"
                          (or journal "")
+                         (if notes (concat "\n----- notes.md -----\n" notes) "")
                          "\n----- organism.el (current source) -----\n"
                          (or (organism--read-file self) ""))))
-    (if (organism--ask manifest prompt next)
-        (rename-file next self t)
-      (when (file-exists-p next)
-        (delete-file next))
-      (message "organism: no successor this time"))))
+    (pcase (organism--ask manifest prompt next)
+      ('ok (rename-file next self t))
+      ('truncated
+       (let ((size (file-attribute-size (file-attributes next))))
+         (delete-file next)
+         (organism--note
+          (format "a successor was cut off at the output-token limit (%d bytes); \
+it was not installed" size)))
+       (message "organism: the reply was cut off; not installed"))
+      (_
+       (when (file-exists-p next)
+         (delete-file next))
+       (message "organism: no successor this time")))))
 
 (organism-live)
 

@@ -11,13 +11,18 @@ the API key. Rules:
 - ``httpx`` is imported only by the HTTP providers, so offline brokers start fast.
 
 Wire formats: ``anthropic`` (Messages API), ``openai`` (Responses API),
-``openai-compatible`` (Chat Completions at a configured base URL); offline:
+``openai-compatible`` (Chat Completions at a configured base URL); each base
+URL as its provider's SDK spells it (``https://api.anthropic.com``,
+``https://api.openai.com/v1``). Every reply's stop reason is read
+(``stop_reason``, Responses ``status``/``incomplete_details``, ``finish_reason``)
+and a reply cut off at the output-token limit is ``truncated``. Offline:
 ``replay`` (a folder of responses, one per successful request, in name order,
 counted across the lineage) and ``echo`` (always an empty reply).
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import os
@@ -34,23 +39,30 @@ from typing import Any, Protocol
 import tenacity
 
 from .config import ModelConfig
-from .ledger import Ledger, Reservation, Usage, usd_text
+from .ledger import Ledger, Reservation, Usage, estimate_prompt_tokens, usd_text
 
 __all__ = [
     "DEFAULT_BASE_URLS",
     "KEYED_PROVIDERS",
+    "MODEL_LIST_PATHS",
     "Completion",
     "Provider",
     "ProviderFailure",
     "RequestResult",
+    "auth_headers",
+    "base_url",
     "classify",
     "make_provider",
     "parse_retry_after",
+    "redact",
     "replay_files",
     "run_request",
 ]
 
-DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com",
+                     "openai": "https://api.openai.com/v1"}
+# The free, authenticated request a probe makes (``GET`` below the base URL).
+MODEL_LIST_PATHS = {"anthropic": "/v1/models", "openai": "/models", "openai-compatible": "/models"}
 KEYED_PROVIDERS = frozenset({"anthropic", "openai"})  # a key is required; optional elsewhere
 ANTHROPIC_VERSION = "2023-06-01"
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
@@ -61,6 +73,8 @@ MAX_ATTEMPTS = 6
 MIN_ATTEMPT_SECONDS = 0.5  # no retry is started with less time than this left
 MAX_RESPONSE_BYTES = 32 << 20
 DETAIL_CHARS = 500
+REDACTED = "[redacted]"
+ERROR_BODY_CHARS = 4096  # of an error response, decoded (after redaction) for its detail
 
 
 # ---------------------------------------------------------------- outcomes
@@ -70,6 +84,14 @@ DETAIL_CHARS = 500
 class Completion:
     text: str
     usage: Usage | None
+    stop_reason: str | None = None  # the provider's own word (end_turn, length, ...)
+    provider_status: str | None = None  # Responses API ``status`` (completed, incomplete)
+    truncated: bool = False  # cut off at the output-token limit (or otherwise incomplete)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` cut out: before any truncation."""
+    return text.replace(secret, REDACTED) if secret and secret in text else text
 
 
 class ProviderFailure(Exception):
@@ -96,7 +118,7 @@ class ProviderFailure(Exception):
         """The same failure with ``secret`` cut out of its text (providers quote keys back)."""
         if not secret or secret not in self.detail:
             return self
-        return ProviderFailure(self.reason, self.detail.replace(secret, "[redacted]"),
+        return ProviderFailure(self.reason, redact(self.detail, secret),
                                retryable=self.retryable, billable=self.billable,
                                http_status=self.http_status, retry_after=self.retry_after,
                                usage=self.usage)
@@ -136,28 +158,30 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 
 def classify(*, status: int | None = None, headers: Mapping[str, str] | None = None,
-             body: bytes = b"", exception: BaseException | None = None) -> ProviderFailure:
+             body: bytes = b"", exception: BaseException | None = None,
+             secret: str | None = None) -> ProviderFailure:
     """The one place that decides retryable vs final, for a failed attempt.
 
     Either ``exception`` (a transport error) or ``status``/``headers``/``body``
-    (a non-success response).
+    (a non-success response). ``secret`` (the key) is cut out of every text
+    before it is shortened, so no part of it survives a cut.
     """
     if exception is not None:
         import httpx
 
+        described = _describe(exception, secret)
         if isinstance(exception, httpx.ConnectError | httpx.ConnectTimeout):
-            return ProviderFailure("connect_error", _describe(exception),
-                                   retryable=True, billable=False)
+            return ProviderFailure("connect_error", described, retryable=True, billable=False)
         if isinstance(exception, httpx.TimeoutException):
-            return ProviderFailure("timeout", _describe(exception), retryable=True, billable=True)
+            return ProviderFailure("timeout", described, retryable=True, billable=True)
         if isinstance(exception, httpx.TransportError):
-            return ProviderFailure("transport_error", _describe(exception),
-                                   retryable=True, billable=True)
-        return ProviderFailure("client_error", _describe(exception), retryable=False,
-                               billable=True)
+            return ProviderFailure("transport_error", described, retryable=True, billable=True)
+        return ProviderFailure("client_error", described, retryable=False, billable=True)
     headers = headers or {}
     lowered = {key.lower(): value for key, value in headers.items()}
-    text = body[:4096].decode("utf-8", "replace")
+    window = ERROR_BODY_CHARS + (len(secret) if secret else 0)  # a key across the cut, whole
+    text = redact(body[: window * 4].decode("utf-8", "replace")[:window], secret)
+    text = text[:ERROR_BODY_CHARS]
     detail = f"HTTP {status}: {text[:DETAIL_CHARS]}"
     should_retry = lowered.get("x-should-retry", "").strip().lower()
     if status == 429 and any(marker in text.lower() for marker in QUOTA_MARKERS):
@@ -173,8 +197,8 @@ def classify(*, status: int | None = None, headers: Mapping[str, str] | None = N
                            retry_after=parse_retry_after(headers) if retryable else None)
 
 
-def _describe(exception: BaseException) -> str:
-    return f"{type(exception).__name__}: {exception}"[:DETAIL_CHARS]
+def _describe(exception: BaseException, secret: str | None = None) -> str:
+    return redact(f"{type(exception).__name__}: {exception}", secret)[:DETAIL_CHARS]
 
 
 # ---------------------------------------------------------------- providers
@@ -191,14 +215,24 @@ class Provider(Protocol):
 
 
 @dataclass(frozen=True)
+class StopReason:
+    """Why a reply ended, in the provider's words, and whether it was cut off."""
+
+    reason: str | None = None
+    provider_status: str | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
 class WireFormat:
     """How one HTTP API spells a request and its answer."""
 
     path: str
     headers: Callable[[str | None], dict[str, str]]
-    body: Callable[[str, str, int], dict[str, Any]]
+    body: Callable[[ModelConfig, str, int], dict[str, Any]]
     text: Callable[[Any], str | None]
     usage: Callable[[Any], Usage | None]
+    stop: Callable[[Any], StopReason]
 
 
 def _int(value: Any) -> int | None:
@@ -252,39 +286,87 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"} if key else {}
 
 
+def _text_field(value: Any, key: str) -> str | None:
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
+
+
+# Anthropic: a reply that hit max_tokens (or the context window) is incomplete.
+ANTHROPIC_CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
+CHAT_CUT = frozenset({"length"})
+
+
+def _anthropic_stop(payload: Any) -> StopReason:
+    reason = _text_field(payload, "stop_reason")
+    return StopReason(reason, None, reason in ANTHROPIC_CUT)
+
+
+def _openai_stop(payload: Any) -> StopReason:
+    status = _text_field(payload, "status")
+    reason = _text_field(payload.get("incomplete_details") if isinstance(payload, dict)
+                         else None, "reason")
+    return StopReason(reason or status, status, status == "incomplete")
+
+
+def _chat_stop(payload: Any) -> StopReason:
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = _text_field(first, "finish_reason")
+    return StopReason(reason, None, reason in CHAT_CUT)
+
+
+def _responses_body(model: ModelConfig, prompt: str, tokens: int) -> dict[str, Any]:
+    return {"model": model.name, "input": prompt, "max_output_tokens": tokens,
+            "store": model.store}
+
+
 WIRE_FORMATS: dict[str, WireFormat] = {
     "anthropic": WireFormat(
         path="/v1/messages",
         headers=lambda key: {"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION},
         body=lambda model, prompt, tokens: {
-            "model": model, "max_tokens": tokens,
+            "model": model.name, "max_tokens": tokens,
             "messages": [{"role": "user", "content": prompt}],
         },
         text=_anthropic_text,
         usage=lambda payload: _usage(
             payload, ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
             "output_tokens"),
+        stop=_anthropic_stop,
     ),
     "openai": WireFormat(
-        path="/v1/responses",
+        path="/responses",
         headers=_bearer,
-        body=lambda model, prompt, tokens: {
-            "model": model, "input": prompt, "max_output_tokens": tokens,
-        },
+        body=_responses_body,
         text=_openai_text,
         usage=lambda payload: _usage(payload, ("input_tokens",), "output_tokens"),
+        stop=_openai_stop,
     ),
     "openai-compatible": WireFormat(
         path="/chat/completions",
         headers=_bearer,
         body=lambda model, prompt, tokens: {
-            "model": model, "max_tokens": tokens,
+            "model": model.name, "max_tokens": tokens,
             "messages": [{"role": "user", "content": prompt}],
         },
         text=_chat_text,
         usage=lambda payload: _usage(payload, ("prompt_tokens",), "completion_tokens"),
+        stop=_chat_stop,
     ),
 }
+
+
+def base_url(model: ModelConfig) -> str:
+    """The API base of an HTTP provider: the spec's, else the provider's own (no trailing /)."""
+    base = model.base_url or DEFAULT_BASE_URLS.get(model.provider)
+    if not base:
+        raise ValueError(f"provider {model.provider} needs a base_url")
+    return base.rstrip("/")
+
+
+def auth_headers(provider: str, key: str | None) -> dict[str, str]:
+    """The headers that carry the key (and API version) for ``provider``."""
+    return WIRE_FORMATS[provider].headers(key)
 
 
 class HttpProvider:
@@ -294,12 +376,9 @@ class HttpProvider:
         import httpx
 
         self.name = model.provider
-        self.model = model.name
+        self.config = model
         self.wire = WIRE_FORMATS[model.provider]
-        base = model.base_url or DEFAULT_BASE_URLS.get(model.provider)
-        if not base:
-            raise ValueError(f"provider {model.provider} needs a base_url")
-        self.url = base.rstrip("/") + self.wire.path
+        self.url = base_url(model) + self.wire.path
         self.headers = {"content-type": "application/json", **self.wire.headers(api_key)}
         self.secret = api_key
         self.client = httpx.Client(trust_env=False, follow_redirects=False,
@@ -317,7 +396,7 @@ class HttpProvider:
     def _attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
         import httpx
 
-        body = json.dumps(self.wire.body(self.model, prompt, max_tokens)).encode("utf-8")
+        body = json.dumps(self.wire.body(self.config, prompt, max_tokens)).encode("utf-8")
         deadline = time.monotonic() + timeout  # httpx's read timeout is per read, not in total
         try:
             with self.client.stream("POST", self.url, content=body, headers=self.headers,
@@ -336,21 +415,25 @@ class HttpProvider:
                                               http_status=response.status_code)
                 status, headers = response.status_code, dict(response.headers)
         except httpx.HTTPError as exc:
-            raise classify(exception=exc) from exc
+            raise classify(exception=exc, secret=self.secret) from exc
         if status != 200:
-            raise classify(status=status, headers=headers, body=bytes(data))
+            raise classify(status=status, headers=headers, body=bytes(data), secret=self.secret)
         try:
             payload = json.loads(bytes(data).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise ProviderFailure("malformed_response", f"not JSON: {exc}"[:DETAIL_CHARS],
+            raise ProviderFailure("malformed_response",
+                                  redact(f"not JSON: {exc}", self.secret)[:DETAIL_CHARS],
                                   retryable=False, billable=True, http_status=status) from exc
         usage = self.wire.usage(payload)
         text = self.wire.text(payload)
+        stop = self.wire.stop(payload)
         if not text:
-            raise ProviderFailure("no_text", "the response carries no text",
-                                  retryable=False, billable=True, http_status=status,
-                                  usage=usage)
-        return Completion(text, usage)
+            detail = "the response carries no text"
+            if stop.reason:
+                detail += f" (stop reason {stop.reason})"
+            raise ProviderFailure("no_text", detail, retryable=False, billable=True,
+                                  http_status=status, usage=usage)
+        return Completion(text, usage, stop.reason, stop.provider_status, stop.truncated)
 
     def close(self) -> None:
         self.client.close()
@@ -446,6 +529,13 @@ class RequestResult:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     reserved: Decimal = Decimal(0)
     accounted: Decimal = Decimal(0)
+    usage_exceeds_request: bool = False  # a reported usage the request could not have cost
+
+
+def usage_exceeds_request(usage: Usage | None, prompt_bytes: int, max_tokens: int) -> bool:
+    """More input than the prompt's bytes allow, or more output than was granted."""
+    return usage is not None and (usage.input_tokens > estimate_prompt_tokens(prompt_bytes)
+                                  or usage.output_tokens > max_tokens)
 
 
 def _now() -> str:
@@ -455,12 +545,16 @@ def _now() -> str:
 def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_tokens: int,
                 ledger: Ledger, timeout_seconds: float,
                 checkpoint: Callable[[RequestResult, Decimal], None] | None = None,
-                offline: bool = False) -> RequestResult:
+                offline: bool = False,
+                on_retry: Callable[[dict[str, Any]], None] | None = None) -> RequestResult:
     """Serve one request: reserve, attempt, settle, and retry what ``classify`` allows.
 
     ``checkpoint(result, outstanding)`` runs after each reservation, before the
     attempt, so a crash mid-request leaves its worst case on record. Offline
     providers (replay, echo) never reach a paid service: their attempts settle at zero.
+    ``on_retry(event)`` hears of each retry before its wait (attempt, of, error,
+    http_status, wait_seconds). A usage above what the request could have cost
+    is settled as reported and flagged (``usage_exceeds_request``).
     """
     result = RequestResult()
     deadline = time.monotonic() + timeout_seconds
@@ -486,6 +580,7 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
         except ProviderFailure as failure:
             _settle(entry, ledger, reservation, failure.usage,
                     billable=failure.billable and not offline, result=result)
+            _check_usage(entry, failure.usage, prompt_bytes, max_tokens, result)
             entry.update(duration_ms=_ms(clock), http_status=failure.http_status,
                          error=failure.reason, detail=failure.detail,
                          retryable=failure.retryable, retry_after_seconds=failure.retry_after)
@@ -493,31 +588,32 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
             raise
         _settle(entry, ledger, reservation, completion.usage, billable=not offline,
                 result=result)
+        _check_usage(entry, completion.usage, prompt_bytes, max_tokens, result)
         entry.update(duration_ms=_ms(clock), http_status=200, error=None, detail=None,
-                     retryable=None, retry_after_seconds=None)
+                     retryable=None, retry_after_seconds=None,
+                     stop_reason=completion.stop_reason, truncated=completion.truncated)
         result.attempts.append(entry)
         return completion
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome else None
-        backoff = min(30.0, 0.5 * 2 ** (state.attempt_number - 1))
-        seconds = random.uniform(backoff / 2, backoff)  # exponential with jitter
-        if isinstance(failure, ProviderFailure) and failure.retry_after is not None:
-            seconds = max(seconds, failure.retry_after) if failure.retry_after > 0 else 0.0
-        return seconds
 
     def stop(state: tenacity.RetryCallState) -> bool:
         left = deadline - time.monotonic() - state.upcoming_sleep
         return state.attempt_number >= MAX_ATTEMPTS or left < MIN_ATTEMPT_SECONDS
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
-        if result.attempts:
-            result.attempts[-1]["wait_ms"] = round(state.upcoming_sleep * 1000)
+        if not result.attempts:
+            return
+        last = result.attempts[-1]
+        last["wait_ms"] = round(state.upcoming_sleep * 1000)
+        if on_retry is not None:
+            with contextlib.suppress(Exception):  # a report must never fail the request
+                on_retry({"attempt": state.attempt_number + 1, "of": MAX_ATTEMPTS,
+                          "error": last.get("error"), "http_status": last.get("http_status"),
+                          "wait_seconds": round(state.upcoming_sleep, 3)})
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(
             lambda exc: isinstance(exc, ProviderFailure) and exc.retryable),
-        wait=wait, stop=stop, before_sleep=before_sleep, reraise=True,
+        wait=_wait, stop=stop, before_sleep=before_sleep, reraise=True,
     )
     try:
         result.completion = retrying(one_attempt)
@@ -534,6 +630,23 @@ def _settle(entry: dict[str, Any], ledger: Ledger, reservation: Reservation,
     result.accounted += charged
     entry.update(usage=usage.as_record() if usage else None,
                  reserved_usd=usd_text(reservation.amount), accounted_usd=usd_text(charged))
+
+
+def _wait(state: tenacity.RetryCallState) -> float:
+    """Exponential backoff with jitter; a provider's retry-after wins (0: at once)."""
+    failure = state.outcome.exception() if state.outcome else None
+    backoff = min(30.0, 0.5 * 2 ** (state.attempt_number - 1))
+    seconds = random.uniform(backoff / 2, backoff)
+    if isinstance(failure, ProviderFailure) and failure.retry_after is not None:
+        seconds = max(seconds, failure.retry_after) if failure.retry_after > 0 else 0.0
+    return seconds
+
+
+def _check_usage(entry: dict[str, Any], usage: Usage | None, prompt_bytes: int,
+                 max_tokens: int, result: RequestResult) -> None:
+    if usage_exceeds_request(usage, prompt_bytes, max_tokens):
+        entry["usage_exceeds_request"] = True
+        result.usage_exceeds_request = True
 
 
 def _ms(since: float) -> int:

@@ -31,6 +31,7 @@ from reconciler.kernel.config import (
     constraints_manifest,
 )
 from reconciler.kernel.formats import INSTRUMENT_KEYS
+from reconciler.plan.continuation import failure_note
 from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 
@@ -474,6 +475,16 @@ def _first_notes(observed: ObservedState, running: str | None) -> list[str]:
     return []
 
 
+def _failure_notes(last: dict[str, Any] | None, have: int) -> list[str]:
+    """The last generation's model failure, if its observation records one."""
+    failure = last.get("provider_failure") if isinstance(last, dict) else None
+    if not isinstance(failure, dict) or last is None:
+        return []
+    number = last.get("generation")
+    note = failure_note(number if isinstance(number, int) else have, failure)
+    return [note] if note else []
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
                  kernel: KernelFactsLike | None = None) -> LineagePlan:
@@ -494,6 +505,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
     notes = _first_notes(observed, running)
+    notes += _failure_notes(observed.last_observation, have)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -38,6 +38,14 @@ class PlainReporter:
 
     def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None:
         self._say(f"{name}: gen {number}: {outcome} (${spend})")
+
+    def model_retry(self, name: str, number: int, event: dict[str, Any]) -> None:
+        what = event.get("http_status") or event.get("error") or "failed"
+        wait = event.get("wait_seconds")
+        seconds = f"{wait:.0f} s" if isinstance(wait, int | float) and wait >= 1 else (
+            f"{wait:.1f} s" if isinstance(wait, int | float) else "a moment")
+        self._say(f"{name}: gen {number}: {what}, retry in {seconds} "
+                  f"({event.get('attempt')}/{event.get('of')})")
 
     def lineage_finished(self, result: LineageResult) -> None:
         for refusal in result.refusals:

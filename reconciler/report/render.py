@@ -260,6 +260,8 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "observed_generations": line.report.observed_generations,
                 "outcomes": dict(line.report.outcomes),
                 "death_kinds": dict(line.report.death_kinds),
+                "model_failures": line.report.model_failures,
+                "last_model_failure": line.report.last_model_failure,
                 "accounted_usd": line.report.accounted_usd,
                 "last_journal_heading": line.report.last_journal_heading,
                 "heads": {"lineage": line.report.lineage_head,
@@ -298,6 +300,14 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
             console.print(_escape(f"  observations: {places['observations']}"))
         if deaths:
             console.print(_escape(f"  deaths: {deaths}"))
+        if report.model_failures:
+            console.print(_escape(f"  model failed in {report.model_failures} generation(s)"))
+        last = report.last_model_failure
+        if last is not None:
+            console.print(_escape(
+                f"  last generation (gen {last.get('generation')}): {last.get('message')} "
+                f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
+                style="red")
         console.print(_escape(f"  accounted model spend: ${report.accounted_usd}"))
         console.print(_escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
         console.print(_escape(f"  heads: lineage {report.lineage_head or '—'}, "

@@ -109,6 +109,7 @@ class LoadedSpec:
             max_prompt_bytes=model.max_prompt_bytes,
             request_timeout_seconds=model.request_timeout,
             budget_usd=model.budget_usd,
+            store=bool(model.store),
         )
 
     def ceilings(self) -> Ceilings:

@@ -81,10 +81,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODEL_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
-# For editors: an http(s) URL with a host and no whitespace (the validator, urlsplit, rules).
+# For editors: an http(s) URL with a host, no credentials, query, fragment or whitespace
+# (the validator, urlsplit, rules).
 _URL = re.compile(
-    r"^[Hh][Tt][Tt][Pp][Ss]?://([^\s/?#@]*@)?(\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)"
-    r"(:[^\s/?#]*)?([/?#]\S*)?$"
+    r"^[Hh][Tt][Tt][Pp][Ss]?://(\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)"
+    r"(:[0-9]*)?(/[^\s?#]*)?$"
 )
 
 
@@ -289,11 +290,10 @@ def _when(
 _NULL = {"type": "null"}
 # The provider rules, for editors (the validators of ModelSpec below are the authority).
 _PROVIDER_RULES: list[Any] = [
-    _when(
-        "openai-compatible",
-        {"required": ["name", "base_url", "price"]},
-        {"properties": {"base_url": _NULL}},
-    ),
+    _when("openai-compatible", {"required": ["name", "base_url", "price"]}),
+    _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"base_url": _NULL}}),
+    _when(["anthropic", "openai-compatible", *kc.OFFLINE_PROVIDERS],
+          {"properties": {"store": _NULL}}),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
     _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
     _when(
@@ -341,8 +341,9 @@ class ModelSpec(_Strict):
     base_url: str | None = Field(
         default=None,
         validate_default=True,
-        description="openai-compatible only, and required there: the server's API base URL, "
-        "e.g. http://127.0.0.1:11434/v1",
+        description="the API base URL: required for openai-compatible (e.g. "
+        "http://127.0.0.1:11434/v1); optional for openai (default https://api.openai.com/v1) "
+        "and anthropic (default https://api.anthropic.com): gateways, proxies, test servers",
         json_schema_extra={"pattern": _URL.pattern},
     )
     api_key_env: str | None = Field(
@@ -374,6 +375,19 @@ class ModelSpec(_Strict):
         validate_default=True,
         description="USD per million tokens; required for models without a known price; "
         "not allowed for replay and echo (they cost nothing)",
+    )
+
+    store: bool | None = Field(
+        default=None,
+        description="openai only: ask the Responses API to store the response (default false: "
+        "ouro sends store: false)",
+    )
+    max_failed_generations: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_GENERATIONS,
+        description="apply stops a lineage after this many generations in a row whose every "
+        "model call failed with a retryable error (a final error stops it at once)",
     )
 
     @model_validator(mode="before")
@@ -408,24 +422,33 @@ class ModelSpec(_Strict):
         provider = info.data.get("provider")
         if provider is None:
             return value
-        if provider != "openai-compatible":
+        if provider in kc.OFFLINE_PROVIDERS:
             if value is not None:
                 raise ValueError(
-                    f"base_url is only for provider openai-compatible, not {provider}: remove it"
+                    f"provider {provider} reaches no server: remove base_url"
                 )
             return value
         if value is None:
-            raise ValueError(
-                "provider openai-compatible needs base_url, the server's API base, e.g. "
-                "http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8000/v1 (vLLM)"
-            )
+            if provider == "openai-compatible":
+                raise ValueError(
+                    "provider openai-compatible needs base_url, the server's API base, e.g. "
+                    "http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8000/v1 (vLLM)"
+                )
+            return value
         try:
             parts = urlsplit(value)
             host = parts.hostname
+            parts.port  # noqa: B018 (raises for a port that is not a number)
         except ValueError as error:
             raise ValueError(f"{value!r} is not a URL: {error}") from error
-        if parts.scheme not in ("http", "https") or not host or any(c.isspace() for c in value):
+        if parts.scheme not in ("http", "https") or not host or any(
+                c.isspace() or not c.isprintable() for c in value):
             raise ValueError(f"{value!r} is not an http(s) URL with a host")
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError(
+                f"{value!r}: a base URL has no query, fragment or credentials (the key comes "
+                "from api_key_env)"
+            )
         return value.rstrip("/")
 
     @field_validator("api_key_env")
@@ -471,6 +494,14 @@ class ModelSpec(_Strict):
             raise ValueError(f"the replay folder {str(folder)!r} does not exist")
         if not is_dir:
             raise ValueError(f"{str(folder)!r} is not a folder")
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        provider = info.data.get("provider")
+        if value is not None and provider is not None and provider != "openai":
+            raise ValueError(f"store is only for provider openai (Responses API), not {provider}")
         return value
 
     @field_validator("budget_usd")

@@ -955,6 +955,28 @@ def observe(paths: LineagePaths) -> Observed:
     )
 
 
+def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
+    """How many of the generations up to ``newest`` (at most ``limit``), counting back,
+    had every model call fail (their observations' ``provider_failure``). Never raises."""
+    from reconciler.kernel.failures import failed_every_call
+
+    count = 0
+    try:
+        repo = _open(paths.observations)
+        head = _branch_target(repo, paths.observation_branch) if repo is not None else None
+        if repo is None or head is None:
+            return 0
+        for number in range(newest, max(0, newest - limit), -1):
+            record = _json_blob(repo, head.tree, formats.observation_path(number))
+            failure = record.get("provider_failure") if isinstance(record, dict) else None
+            if not failed_every_call(failure if isinstance(failure, dict) else None):
+                break
+            count += 1
+    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+        del error  # unreadable history counts as no failures: the probe still guards
+    return count
+
+
 # ---------------------------------------------------------------- status (O(history))
 
 
@@ -971,6 +993,8 @@ class StatusReport:
     observation_head: str | None
     observed_generations: int
     problems: tuple[str, ...]
+    model_failures: int = 0  # generations whose observation records a provider_failure
+    last_model_failure: dict[str, Any] | None = None  # the newest generation's, if it failed
 
 
 def read_status(paths: LineagePaths, observed: Observed,
@@ -1000,4 +1024,15 @@ def read_status(paths: LineagePaths, observed: Observed,
         observation_head=observed.observation_head,
         observed_generations=observed.observed_generations,
         problems=tuple(dict.fromkeys(problems)),
+        model_failures=summary.model_failures,
+        last_model_failure=_last_failure(observed.last_observation),
     )
+
+
+def _last_failure(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The newest generation's ``provider_failure``, with its ``generation``, or None."""
+    failure = record.get("provider_failure") if isinstance(record, dict) else None
+    if not isinstance(failure, dict):
+        return None
+    number = record.get("generation") if isinstance(record, dict) else None
+    return dict(failure, generation=number if isinstance(number, int) else None)

@@ -99,6 +99,11 @@ def _slow_model() -> Iterator[FakeProvider]:
         yield fake
 
 
+def _posts(fake: FakeProvider) -> list[object]:
+    """The model requests (apply's probe, a GET of the model list, comes first)."""
+    return [seen for seen in fake.requests if seen.method == "POST"]
+
+
 def _delayed(reply: object) -> object:
     from dataclasses import replace
 
@@ -154,7 +159,7 @@ def test_one_ctrl_c_lets_running_generations_finish(tmp_path: Path, parallel: in
     names = ["ant", "bee"][:parallel]
     with _slow_model() as fake:
         terminal = _start(tmp_path, names, parallel, fake.url)
-        _wait_for(lambda: len(fake.requests) >= parallel, "every generation's model request")
+        _wait_for(lambda: len(_posts(fake)) >= parallel, "every generation's model request")
         time.sleep(0.5)
         terminal.type(CTRL_C)
         code = terminal.wait(timeout=120)
@@ -167,7 +172,7 @@ def test_one_ctrl_c_lets_running_generations_finish(tmp_path: Path, parallel: in
         assert str(records[0]["outcome"]).startswith("changed"), records[0]["outcome"]
         _no_death_anywhere(paths)
         assert_invariant(paths, 1)
-    assert len(fake.requests) == parallel  # no new generation asked the model
+    assert len(_posts(fake)) == parallel  # no new generation asked the model
 
 
 @pytest.mark.parametrize("parallel", [1, 2], ids=["parallel-1", "parallel-2"])
@@ -176,7 +181,7 @@ def test_two_ctrl_c_end_running_generations_publishing_nothing(tmp_path: Path,
     names = ["cow", "doe"][:parallel]
     with _slow_model() as fake:
         terminal = _start(tmp_path, names, parallel, fake.url)
-        _wait_for(lambda: len(fake.requests) >= parallel, "every generation's model request")
+        _wait_for(lambda: len(_posts(fake)) >= parallel, "every generation's model request")
         time.sleep(0.5)
         terminal.type(CTRL_C)
         _wait_for(lambda: "finishing running generations" in terminal.text, "the first ^C")

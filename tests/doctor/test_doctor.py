@@ -69,3 +69,27 @@ def test_a_failed_life_makes_the_host_not_ready() -> None:
     checks = run_checks(life=lambda: Check("a life in the sandbox", False, "probe died"))
     assert "a life in the sandbox" in [c.name for c in checks]
     assert not ready(checks)
+
+
+def test_doctor_probes_each_provider_configuration_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe apply makes: a refused key is a NO line naming the variable."""
+    from decimal import Decimal
+
+    from reconciler.engine.doctor import check_providers
+    from reconciler.kernel.config import ModelConfig, Price
+    from tests.fakes.provider_server import FakeProvider, anthropic_error, script
+
+    monkeypatch.setenv("OURO_DOCTOR_PROBE_KEY", "sk-doctor-secret-0123456789")
+    refused = anthropic_error(401, "authentication_error", "invalid x-api-key")
+    with FakeProvider(script(refused)) as fake:
+        config = ModelConfig(provider="anthropic", name="claude-opus-4-8", base_url=fake.url,
+                             api_key_env="OURO_DOCTOR_PROBE_KEY",
+                             price=Price(Decimal(5), Decimal(25)))
+        echo = ModelConfig(provider="echo", name="echo")
+        checks = check_providers([("a", config), ("b", config), ("c", echo)])
+    (check,) = checks
+    assert not check.ok and check.name == "provider for a"
+    assert "OURO_DOCTOR_PROBE_KEY" in check.detail + check.remedy
+    assert "sk-doctor-secret" not in check.detail + check.remedy
+    assert len(fake.requests) == 1 and fake.requests[0].path == "/v1/models"
+    assert not ready(checks)

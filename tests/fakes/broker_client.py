@@ -30,6 +30,15 @@ class _UnixConnection(http.client.HTTPConnection):
 def post(socket_path: Path, body: bytes | str, *, tokens: int | str | None = 100,
          path: str = "/generate", method: str = "POST",
          timeout: float = 60.0) -> tuple[int, bytes]:
+    status, data, _ = exchange(socket_path, body, tokens=tokens, path=path, method=method,
+                               timeout=timeout)
+    return status, data
+
+
+def exchange(socket_path: Path, body: bytes | str, *, tokens: int | str | None = 100,
+             path: str = "/generate", method: str = "POST",
+             timeout: float = 60.0) -> tuple[int, bytes, dict[str, str]]:
+    """``post``, also returning the reply's headers (lower-case names)."""
     data = body.encode("utf-8") if isinstance(body, str) else body
     headers = {"Content-Type": "text/plain; charset=utf-8"}
     if tokens is not None:
@@ -38,7 +47,8 @@ def post(socket_path: Path, body: bytes | str, *, tokens: int | str | None = 100
     try:
         connection.request(method, path, body=data, headers=headers)
         response = connection.getresponse()
-        return response.status, response.read()
+        return (response.status, response.read(),
+                {key.lower(): value for key, value in response.getheaders()})
     finally:
         connection.close()
 

@@ -96,6 +96,38 @@ def chat_ok(text: str, prompt_tokens: int = 1200, completion_tokens: int = 800) 
     })
 
 
+def anthropic_models() -> Reply:
+    """``GET /v1/models``, as Anthropic answers it."""
+    return Reply(json={"data": [{"type": "model", "id": "claude-test",
+                                 "display_name": "Claude Test",
+                                 "created_at": "2026-02-19T00:00:00Z"}],
+                       "has_more": False, "first_id": "claude-test", "last_id": "claude-test"})
+
+
+def openai_models() -> Reply:
+    """``GET /v1/models``, as OpenAI (and compatible servers) answer it."""
+    return Reply(json={"object": "list", "data": [
+        {"id": "gpt-test", "object": "model", "created": 1686935002, "owned_by": "openai"}]})
+
+
+def anthropic_error(status: int, kind: str, message: str) -> Reply:
+    """An Anthropic error body (``authentication_error``, ``permission_error``,
+    ``not_found_error``, ``rate_limit_error``, ``overloaded_error``, ...)."""
+    return Reply(status, json={"type": "error", "error": {"type": kind, "message": message},
+                               "request_id": "req_011CTest"})
+
+
+def openai_error(status: int, code: str | None, message: str,
+                 kind: str = "invalid_request_error") -> Reply:
+    """An OpenAI error body (also what Chat Completions servers send)."""
+    return Reply(status, json={"error": {"message": message, "type": kind, "param": None,
+                                         "code": code}})
+
+
+MODEL_LISTS: dict[str, Callable[[], Reply]] = {
+    "anthropic": anthropic_models, "openai": openai_models, "openai-compatible": openai_models,
+}
+
 OK_REPLIES: dict[str, Callable[..., Reply]] = {
     "anthropic": anthropic_ok, "openai": openai_ok, "openai-compatible": chat_ok,
 }
@@ -116,9 +148,15 @@ class FakeProvider:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                self._serve("GET")
+
             def do_POST(self) -> None:
+                self._serve("POST")
+
+            def _serve(self, method: str) -> None:
                 length = int(self.headers.get("content-length", "0"))
-                seen = Seen("POST", self.path,
+                seen = Seen(method, self.path,
                             {k.lower(): v for k, v in self.headers.items()},
                             self.rfile.read(length))
                 with fake._lock:

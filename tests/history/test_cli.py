@@ -29,7 +29,7 @@ def test_log_rows(grown_fleet: Fleet) -> None:
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [row[0] for row in rows] == ["1", "2", "3", "4", "5", "6", "1", "2", "3"]
     assert "died (process_exit, exit 255)" in text
-    assert "[model: model_unavailable]" in text.splitlines()[7]
+    assert "[model: replay_exhausted]" in text.splitlines()[7]  # provider_failure.code
 
 
 def test_log_json_and_filters(grown_fleet: Fleet) -> None:
@@ -40,7 +40,7 @@ def test_log_json_and_filters(grown_fleet: Fleet) -> None:
     assert [row["generation"] for row in rows] == [1, 2, 3, 4, 5, 6]
     assert rows[3]["status"] == "died" and rows[3]["exit_status"] == 255
     assert rows[3]["external_edits_before"] == 1
-    assert rows[5]["model_failure"] == "model_unavailable"
+    assert rows[5]["model_failure"] == "replay_exhausted"
     assert all(row["memory_peak_bytes"] > 0 and row["cpu_seconds"] > 0 for row in rows)
     assert all(row["organism_bytes"] > 1000 for row in rows)
     deaths = json.loads(ouro(grown_fleet, "log", "story", "--deaths", "--json"))

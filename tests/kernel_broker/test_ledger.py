@@ -29,7 +29,8 @@ FRAMED = 4 + PROMPT_FRAMING_TOKENS
 def test_worst_case_is_prompt_bytes_plus_framing_plus_output() -> None:
     assert worst_case_usd(DOLLAR_A_TOKEN, 4, 10) == Decimal(FRAMED + 10)
     price = Price(Decimal("3.00"), Decimal("15.00"))
-    assert worst_case_usd(price, 1000, 2000) == Decimal("0.033096")
+    # (1000 + 4096 framing) * 3 + 2000 * 15, per million: the original instrument's allowance
+    assert worst_case_usd(price, 1000, 2000) == Decimal("0.045288")
 
 
 LEDGER_EDGES = [
@@ -59,12 +60,12 @@ SETTLEMENTS = [
 
 @pytest.mark.parametrize(("usage", "billable", "charged"), SETTLEMENTS)
 def test_settlement(usage: Usage | None, billable: bool, charged: Decimal) -> None:
-    ledger = Ledger(Decimal(100), DOLLAR_A_TOKEN)
+    ledger = Ledger(Decimal(10_000), DOLLAR_A_TOKEN)
     reservation = ledger.reserve(4, 10)
-    assert reservation is not None and ledger.available == Decimal(100 - FRAMED - 10)
+    assert reservation is not None and ledger.available == Decimal(10_000 - FRAMED - 10)
     assert ledger.settle(reservation, usage=usage, billable=billable) == charged
     assert ledger.reserved == 0 and ledger.spent == charged
-    assert ledger.available == Decimal(100) - charged
+    assert ledger.available == Decimal(10_000) - charged
 
 
 def test_money_is_decimal_never_float() -> None:
@@ -102,7 +103,7 @@ def test_broker_refuses_with_402_what_cannot_fit(tmp_path: Path, budget: int, to
     assert got == status and len(fake.requests) == sent
     (call,) = report.model_calls
     if status == 402:
-        assert body == b"generation spending budget exhausted\n"  # no amounts: no prices
+        assert body == b"generation budget exhausted\n"  # the original words; no amounts
         assert call["error_detail"] == f"the worst case of {FRAMED + 11} USD does not fit the " \
             f"{FRAMED + 10} USD left"
         assert call["error"] == "budget_exhausted" and call["attempts"] == []
@@ -162,5 +163,5 @@ def test_reservations_hold_across_retries(tmp_path: Path) -> None:
 
 
 def test_amounts_are_recorded_without_exponents() -> None:
-    tiny = worst_case_usd(Price(Decimal("0.01"), Decimal("0.01")), 1, 1)
+    tiny = Price(Decimal("0.01"), Decimal("0.01")).worst_case(17, 17)
     assert str(tiny) == "3.4E-7" and usd_text(tiny) == "0.00000034"

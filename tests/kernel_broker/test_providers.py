@@ -66,7 +66,7 @@ def check_openai(seen: Seen) -> None:
     assert seen.headers["authorization"] == f"Bearer {KEY}"
     assert "x-api-key" not in seen.headers
     assert seen.json == {"model": "openai-test-model", "input": PROMPT,
-                         "max_output_tokens": 321}
+                         "max_output_tokens": 321, "store": False}
 
 
 def check_chat(seen: Seen) -> None:
@@ -78,7 +78,7 @@ def check_chat(seen: Seen) -> None:
 
 SHAPES: list[Any] = [
     pytest.param("anthropic", "", check_anthropic, id="anthropic-messages"),
-    pytest.param("openai", "", check_openai, id="openai-responses"),
+    pytest.param("openai", "/v1", check_openai, id="openai-responses"),
     pytest.param("openai-compatible", "/v1", check_chat, id="openai-compatible-chat"),
 ]
 

@@ -128,3 +128,29 @@ def test_seed_asks_for_no_more_than_the_manifest_allows(
         tmp_path: Path, places: Places) -> None:
     life = places.live(replay(tmp_path, REPLY, max_output_tokens=777))
     assert life.report.model_calls[0]["requested_output_tokens"] == 777
+
+
+def test_a_cut_off_reply_is_not_installed_and_the_note_reaches_the_next_life(
+        tmp_path: Path, places: Places) -> None:
+    """The broker signals a reply cut at the output-token limit; the seed keeps itself."""
+    from tests.fakes.provider_server import FakeProvider, chat_ok, script
+
+    half = chat_ok("(defun organism-live ()\n  (let ((x")
+    half.json["choices"][0]["finish_reason"] = "length"
+    with FakeProvider(script(half, chat_ok(""))) as fake:
+        model = ModelConfig(provider="openai-compatible", name="local", base_url=fake.url,
+                            request_timeout_seconds=30)
+        life = places.live(model)
+        assert life.exit_status == 0, life.stderr
+        assert (places.work / "organism.el").read_bytes() == ORGANISM.read_bytes()
+        notes = (places.work / "notes.md").read_text(encoding="utf-8")
+        assert "cut off at the output-token limit" in notes and "not installed" in notes
+        assert "the reply was cut off; not installed" in life.stderr
+        (call,) = life.report.model_calls
+        assert call["truncated"] is True and call["stop_reason"] == "length"
+
+        shutil.rmtree(places.kernel)
+        shutil.rmtree(places.private)
+        places.live(model)  # the next life shows the model its notes
+    prompt = fake.requests[1].json["messages"][0]["content"]
+    assert "----- notes.md -----\n" + notes in prompt

@@ -96,3 +96,14 @@ def test_the_original_instruments_journals_parse(original_lineage: object,
     assert [(h.number, h.status, h.detail) for h in formats.parse_journal(sample)] == [
         (1, "died", None), (2, "changed", "+197/-43"), (3, "no-change", None),
         (4, "no-change", None), (5, "changed", "+0/-0")]
+
+
+def test_a_model_failure_note_keeps_the_original_grammar() -> None:
+    """Annotated no-change subjects and headings parse as no-change (readers match prefixes)."""
+    subject = formats.subject_no_change(4, "model unavailable (401)")
+    parsed = formats.parse_generation_subject(subject)
+    assert parsed is not None and (parsed.number, parsed.status) == (4, "no-change")
+    entry = formats.journal_entry(4, "no-change", "2026-12-01T00:00:00+00:00",
+                                  detail="model unavailable (401)")
+    (heading,) = formats.parse_journal(entry)
+    assert (heading.status, heading.detail) == ("no-change", "model unavailable (401)")

@@ -32,8 +32,8 @@ EXPECTED: dict[str, list[str]] = {
         "6:5: spec.model.name: required, but missing: provider openai needs the model's name",
     ],
     "providers.yaml": [
-        "10:15: spec.model.base_url: base_url is only for provider openai-compatible, "
-        "not anthropic: remove it",
+        "10:15: spec.model.base_url: 'ftp://127.0.0.1:8080/v1' is not an http(s) URL with a "
+        "host",
         "11:13: spec.model.replay: replay is only for provider replay, not anthropic: remove it",
         "20:5: spec.model.base_url: provider openai-compatible needs base_url, the server's API "
         "base, e.g. http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8000/v1 (vLLM)",

@@ -170,13 +170,36 @@ def test_known_prices(provider: str, model: str, expected: tuple[str, str] | Non
         ({"provider": "echo", "replay": "x"}, "replay", "only for provider replay"),
         ({"provider": "replay"}, "replay", "needs replay"),
         ({"provider": "gemini", "name": "g"}, "provider", "Input should be"),
+        ({"provider": "echo", "base_url": "http://127.0.0.1/v1"}, "base_url",
+         "reaches no server"),
+        ({"provider": "openai", "name": "gpt-5.6", "base_url": "https://u:p@gw.example/v1"},
+         "base_url", "no query, fragment or credentials"),
+        ({"provider": "anthropic", "name": "claude-opus-4-8", "base_url": "http://h:port"},
+         "base_url", "not a URL"),
+        ({"provider": "anthropic", "name": "claude-opus-4-8", "store": True}, "store",
+         "only for provider openai"),
+        ({"provider": "echo", "max_failed_generations": 0}, "max_failed_generations",
+         "greater than or equal to 1"),
     ],
     ids=["env-name", "url-scheme", "url-host", "name-control", "zero-budget", "replay-on-echo",
-         "replay-missing", "unknown-provider"],
+         "replay-missing", "unknown-provider", "base-url-on-echo", "url-credentials",
+         "url-port", "store-on-anthropic", "no-failed-generations"],
 )
 def test_model_rules(model: dict[str, Any], field: str, fragment: str) -> None:
     found = errors(document(**model))
     assert any(loc == f"spec.model.{field}" and fragment in msg for loc, msg in found), found
+
+
+@pytest.mark.parametrize(
+    ("provider", "name", "url"),
+    [("anthropic", "claude-opus-4-8", "https://gateway.example/anthropic/"),
+     ("openai", "gpt-5.6", "http://127.0.0.1:4000/v1")],
+    ids=["anthropic-gateway", "openai-proxy"],
+)
+def test_paid_providers_take_a_base_url(provider: str, name: str, url: str) -> None:
+    spec = LineageSpec.model_validate(document(provider=provider, name=name, base_url=url))
+    assert spec.spec.model.base_url == url.rstrip("/")
+    assert spec.spec.model.store is None and spec.spec.model.max_failed_generations == 3
 
 
 def test_offline_budget_may_be_zero() -> None:

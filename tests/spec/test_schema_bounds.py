@@ -75,7 +75,8 @@ CASES: list[tuple[str, Any, dict[str, Any] | None]] = [
     *(("spec.model.api_key_env", v, OPENAI) for v in ["1BAD", "GOOD_1", "A-B", "_X"]),
     *(("spec.model.base_url", v, COMPATIBLE) for v in [
         "ftp://x", "http://", "http://127.0.0.1:11434/v1", "https://h", "http://[::1]:8000/v1",
-        "http://a b", "HTTP://host/", "http://user@host/v1", "http:///v1"]),
+        "http://a b", "HTTP://host/", "http://user@host/v1", "http:///v1", "http://h/v1?x=1",
+        "http://h/#f", "http://h:port/v1"]),
     *(("spec.model.budget_usd", v, OPENAI) for v in ["0", "0.00", "0.01", 0, 1, "1.00"]),
     *(("spec.model.budget_usd", v, None) for v in ["0", 0, "-1", "1e3"]),
     *(("spec.storage.path", v, None) for v in ["", " ", "x", "a\x00b", "~/x"]),

@@ -90,6 +90,11 @@ class _JobLog:
     def generation_finished(self, name: str, number: int, outcome: str, spend: Decimal) -> None:
         self._say(f"{name}: gen {number}: {outcome} (${spend})")
 
+    def model_retry(self, name: str, number: int, event: dict[str, Any]) -> None:
+        self._say(f"{name}: gen {number}: {event.get('http_status') or event.get('error')}, "
+                  f"retry in {event.get('wait_seconds')} s ({event.get('attempt')}/"
+                  f"{event.get('of')})")
+
     def lineage_finished(self, result: LineageResult) -> None:
         self._say(f"{result.name}: {json.dumps(result.as_json(), sort_keys=True)}")
 

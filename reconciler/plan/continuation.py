@@ -1,0 +1,87 @@
+"""After a generation: go on with this lineage, or stop it? Pure; the one home of the rule.
+
+The kernel records, the control plane decides (seed 004: the normalized failure
+observation feeds the continuation decision). A generation's observation
+carries ``provider_failure`` (``reconciler.kernel.failures``) and
+``usage_exceeds_request``; from them and the run of failed generations before
+it, ``decide`` says whether apply stops the lineage, why, and what a human
+should do. Stopping a lineage never stops the others, and never undoes the
+generations that ran: they are history.
+
+    final failure (auth, permission, quota, unknown model, invalid request)
+                                        -> stop after this generation
+    usage above what the request could cost -> stop (the spend is recorded as reported)
+    K generations in a row whose every call failed (K = max_failed_generations)
+                                        -> stop
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.kernel.failures import STOPPING_CODES, failed_every_call
+
+__all__ = ["Stop", "decide", "failure_note"]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Apply stops the lineage: ``code`` for the record, ``message`` says why and the remedy."""
+
+    code: str  # the failure code, "usage-exceeds-request" or "failed-generations"
+    message: str
+
+
+def _status(failure: Mapping[str, Any]) -> str:
+    status = failure.get("http_status")
+    return f"HTTP {status}" if isinstance(status, int) else str(failure.get("code"))
+
+
+def _remedy(code: str, variable: str | None, model: str) -> str:
+    key = f"the key in {variable}" if variable else "the request's key (none is set)"
+    setting = variable or "spec.model.api_key_env"
+    return {
+        "auth": f"the provider refused {key}: set {setting} to a valid key",
+        "permission": f"{key} may not use model {model!r}: use a key with access to it, "
+                      "or another model",
+        "quota": f"the account behind {key} has no quota or credit left: add credit or "
+                 "raise its limit",
+        "unknown_model": f"the provider does not know model {model!r}: fix spec.model.name",
+        "invalid_request": "the provider refused the request as invalid: check spec.model "
+                           "(name, max_output_tokens, base_url)",
+    }.get(code, "check the provider")
+
+
+def decide(failure: Mapping[str, Any] | None, usage_exceeds_request: bool, *,
+           failed_in_a_row: int, max_failed: int, variable: str | None,
+           model: str) -> Stop | None:
+    """Stop the lineage after this generation? ``failed_in_a_row`` counts it."""
+    if failure and failure.get("stops_lineage") is True \
+            and failure.get("code") in STOPPING_CODES:
+        code = str(failure["code"])
+        return Stop(code, f"model unavailable ({_status(failure)}, {code}): "
+                          f"{_remedy(code, variable, model)}, then run apply again")
+    if usage_exceeds_request:
+        return Stop("usage-exceeds-request",
+                    "the provider reported more usage than the request could have cost "
+                    "(recorded as reported, flagged in the observation): check the "
+                    "provider and base_url before spending more, then run apply again")
+    if failure and failed_every_call(failure) and failed_in_a_row >= max_failed:
+        return Stop("failed-generations",
+                    f"{failed_in_a_row} generations in a row had every model call fail "
+                    f"(last: {failure.get('code')}, {_status(failure)}; max_failed_generations "
+                    f"{max_failed}): check that the provider is up and reachable, then run "
+                    "apply again")
+    return None
+
+
+def failure_note(number: int, failure: Mapping[str, Any] | None) -> str | None:
+    """The plan's note about the last generation's model failure, if it had one."""
+    if not failure:
+        return None
+    message = failure.get("message") or "model unavailable"
+    code = failure.get("code")
+    retry = "retryable" if failure.get("retryable") else "final"
+    return f"gen {number}: {message}: {code}, {retry}"

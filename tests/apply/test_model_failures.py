@@ -1,0 +1,215 @@
+"""A broken model never burns generations silently: apply end to end against loopback
+servers speaking each provider's exact wire format (real sandbox, real repositories).
+
+Probe first (a refused key creates nothing), record the failure (observation, journal,
+subject, events, report), stop the lineage (a final failure at once, retryable ones after
+max_failed_generations in a row), and let the other lineages go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apply.helpers import assert_invariant, generation_subjects, report, run_ouro, write_spec
+from tests.fakes.provider_server import (
+    MODEL_LISTS,
+    FakeProvider,
+    Handler,
+    Reply,
+    Seen,
+    anthropic_error,
+    chat_ok,
+    openai_error,
+)
+from tests.observe.builder import lineage_paths
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+
+KEY = "sk-apply-failure-0123456789abcdef"
+VARIABLE = "OURO_FAILURE_TEST_KEY"
+DASH = "\u2014"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
+    environment[VARIABLE] = KEY
+    return environment
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    return folder
+
+
+def route(provider: str, generate: Reply, models: Reply | None = None) -> Handler:
+    """GET .../models answers the model list (or ``models``); every POST answers ``generate``."""
+
+    def handler(seen: Seen, number: int) -> Reply:
+        del number
+        if seen.method == "GET":
+            return models or MODEL_LISTS[provider]()
+        return generate
+
+    return handler
+
+
+def paid_spec(specs: Path, name: str, provider: str, url: str, generations: int,
+              extra: str = "") -> None:
+    names = {"anthropic": "claude-opus-4-8", "openai": "gpt-5.6",
+             "openai-compatible": "local-model"}
+    model = f"name: {names[provider]}\nbase_url: {url}\nbudget_usd: \"0.50\"\n"
+    if provider == "openai-compatible":
+        model += 'price: {input_usd_per_mtok: "1", output_usd_per_mtok: "2"}\n'
+        model += f"api_key_env: {VARIABLE}\n"
+    else:
+        model += f"api_key_env: {VARIABLE}\n"
+    write_spec(specs, name, generations, provider=provider, extra_model=model + extra)
+
+
+def events(tmp_path: Path) -> list[dict[str, Any]]:
+    text = (tmp_path / "state" / "events.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def observation(tmp_path: Path, name: str, number: int) -> dict[str, Any]:
+    paths = lineage_paths(tmp_path / "state", name)
+    record: dict[str, Any] = json.loads(
+        (paths.observations / "generations" / f"{number:04d}.json").read_text())
+    return record
+
+
+def test_a_refused_key_is_found_by_the_probe_and_nothing_is_created(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    refused = anthropic_error(401, "authentication_error", "invalid x-api-key")
+    with FakeProvider(route("anthropic", refused, models=refused)) as fake:
+        paid_spec(specs, "keyed", "anthropic", fake.url, 3)
+        write_spec(specs, "calm", 1)
+        result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 1
+    by_name = {item["name"]: item for item in report(result)["lineages"]}
+    (error,) = by_name["keyed"]["errors"]
+    assert VARIABLE in error and "refused" in error and "nothing was created" in error
+    assert KEY not in result.stdout + result.stderr
+    assert [(s.method, s.path) for s in fake.requests] == [("GET", "/v1/models")]
+    assert not (tmp_path / "state" / "keyed").exists()
+    assert not (tmp_path / "state" / "keyed.git").exists()
+    assert by_name["calm"]["final_action"] == "in-sync"
+    (probe,) = [e for e in events(tmp_path) if e["event"] == "probe-failed"]
+    assert probe["code"] == "key-refused" and probe["http_status"] == 401
+
+
+FINAL = [
+    pytest.param("anthropic", anthropic_error(401, "authentication_error", "invalid x-api-key"),
+                 "auth", 401, ["--no-probe"], id="anthropic-401-without-probe"),
+    pytest.param("openai", openai_error(429, "insufficient_quota",
+                                        "You exceeded your current quota, please check your "
+                                        "plan and billing details.", "insufficient_quota"),
+                 "quota", 429, [], id="openai-quota"),
+    pytest.param("anthropic", anthropic_error(404, "not_found_error", "model: claude-opus-4-8"),
+                 "unknown_model", 404, [], id="anthropic-unknown-model"),
+    pytest.param("openai-compatible", openai_error(403, None, "not allowed to use this model"),
+                 "permission", 403, [], id="compatible-403"),
+    pytest.param("openai", openai_error(400, "invalid_value", "Invalid 'max_output_tokens'"),
+                 "invalid_request", 400, [], id="openai-invalid-request"),
+]
+
+
+@pytest.mark.parametrize(("provider", "reply", "code", "http", "flags"), FINAL)
+def test_a_final_failure_stops_the_lineage_after_one_generation(
+        specs: Path, env: dict[str, str], tmp_path: Path, provider: str, reply: Reply,
+        code: str, http: int, flags: list[str]) -> None:
+    suffix = "" if provider == "anthropic" else "/v1"
+    with FakeProvider(route(provider, reply)) as fake:
+        paid_spec(specs, "broken", provider, fake.url + suffix, 3)
+        write_spec(specs, "calm", 2)
+        result = run_ouro("apply", "--yes", "--json", *flags, str(specs), env=env)
+        plan = run_ouro("plan", str(specs), env=env)
+        status = run_ouro("status", "--json", str(specs), env=env)
+        shown = run_ouro("status", str(specs), env=env)
+    assert result.returncode == 1, result.stderr
+    lines = {item["name"]: item for item in json.loads(status.stdout)["lineages"]}
+    assert lines["broken"]["model_failures"] == 1
+    assert lines["broken"]["last_model_failure"]["code"] == code
+    assert lines["calm"]["model_failures"] == 0
+    assert "model failed in 1 generation(s)" in shown.stdout
+    assert f"last generation (gen 1): model unavailable ({http}) ({code}, final)" in shown.stdout
+    by_name = {item["name"]: item for item in report(result)["lineages"]}
+    broken = by_name["broken"]
+    assert broken["generations_run"] == 1 and broken["stopped"] == code
+    assert broken["model_failures"] == 1 and broken["last_model_failure"]["code"] == code
+    (error,) = broken["errors"]
+    assert "stopped after gen 1" in error and "run apply again" in error
+    assert KEY not in result.stdout + result.stderr
+    assert by_name["calm"]["final_action"] == "in-sync"  # the others go on
+    paths = lineage_paths(tmp_path / "state", "broken")
+    assert_invariant(paths, 1)  # the generation that ran stays history
+    assert generation_subjects(paths) == [f"gen 1: no-change {DASH} model unavailable ({http})"]
+    journal = (paths.worktree / "journal.md").read_text()
+    assert f"## gen 1 {DASH} no-change {DASH} model unavailable ({http}) {DASH} " in journal
+    record = observation(tmp_path, "broken", 1)
+    assert record["outcome"] == "no-change"
+    failure = record["provider_failure"]
+    assert (failure["code"], failure["http_status"], failure["retryable"]) == \
+        (code, http, False)
+    assert failure["attempts"] == 1 and failure["stops_lineage"] is True
+    logged = events(tmp_path)
+    (generation,) = [e for e in logged if e["event"] == "generation"
+                     and e["lineage"] == "broken"]
+    assert generation["provider_failure"]["code"] == code
+    (stopped,) = [e for e in logged if e["event"] == "lineage-stopped"]
+    assert stopped["reason"] == code and stopped["generation"] == 1
+    assert f"gen 1: model unavailable ({http}): {code}, final" in plan.stdout + plan.stderr
+    posts = [s for s in fake.requests if s.method == "POST"]
+    assert len(posts) == 1
+
+
+def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    down = Reply(503, body=b"upstream unavailable", headers={"retry-after-ms": "0"})
+    with FakeProvider(route("openai-compatible", down)) as fake:
+        paid_spec(specs, "flaky", "openai-compatible", fake.url + "/v1", 5,
+                  extra="max_failed_generations: 2\nrequest_timeout: 5s")
+        first = run_ouro("apply", "--yes", str(specs), env=env)
+        second = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert first.returncode == 1, first.stderr
+    assert "gen 1: 503, retry in" in first.stderr and "(2/6)" in first.stderr
+    assert "2 generations in a row had every model call fail" in first.stderr
+    paths = lineage_paths(tmp_path / "state", "flaky")
+    # the run of failures goes on across applies: the next apply tries once more, then stops
+    assert second.returncode == 1
+    assert report(second)["lineages"][0]["generations_run"] == 1
+    assert report(second)["lineages"][0]["stopped"] == "failed-generations"
+    assert_invariant(paths, 3)
+    for number in (1, 2, 3):
+        failure = observation(tmp_path, "flaky", number)["provider_failure"]
+        assert failure["code"] == "server_error" and failure["retryable"] is True
+        assert failure["every_call_failed"] is True and failure["attempts"] >= 2
+    retries = [e for e in events(tmp_path) if e["event"] == "model-retry"]
+    assert retries and all(e["http_status"] == 503 for e in retries)
+    assert {e["generation"] for e in retries} == {1, 2, 3}
+
+
+def test_usage_beyond_what_a_request_could_cost_stops_the_lineage(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    lying = chat_ok("", prompt_tokens=50_000_000, completion_tokens=3)
+    with FakeProvider(route("openai-compatible", lying)) as fake:
+        paid_spec(specs, "liar", "openai-compatible", fake.url + "/v1", 3)
+        result = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    assert result.returncode == 1
+    (lineage,) = report(result)["lineages"]
+    assert lineage["stopped"] == "usage-exceeds-request" and lineage["generations_run"] == 1
+    record = observation(tmp_path, "liar", 1)
+    assert record["usage_exceeds_request"] is True
+    (call,) = record["model_calls"]
+    assert call["usage"]["input_tokens"] == 50_000_000  # recorded as reported
+    assert float(call["accounted_usd"]) == pytest.approx(50.000006)
+

@@ -1,0 +1,178 @@
+"""The probe apply makes before a generation: one free authenticated request per provider.
+
+Real loopback servers answer the model-list endpoint in each provider's wire format;
+the verdicts are the refusal rules: a refused key, DNS, TLS or connection failure
+refuses; a server without a model list passes.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from reconciler.engine.probe import Prober, ProbeResult, probe
+from reconciler.kernel.config import ModelConfig, Price
+from tests.fakes.provider_server import (
+    MODEL_LISTS,
+    FakeProvider,
+    Reply,
+    anthropic_error,
+    closed_port_url,
+    openai_error,
+    script,
+)
+
+KEY = "sk-probe-0123456789abcdefghij"
+
+
+def model(provider: str, url: str, **overrides: Any) -> ModelConfig:
+    values: dict[str, Any] = {
+        "provider": provider, "name": "m", "base_url": url, "price": Price(Decimal(1), Decimal(1)),
+        "api_key_env": "OURO_PROBE_KEY" if provider != "openai-compatible" else None,
+    }
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+@pytest.mark.parametrize(
+    ("provider", "suffix", "path", "auth"),
+    [("anthropic", "", "/v1/models", ("x-api-key", KEY)),
+     ("openai", "/v1", "/v1/models", ("authorization", f"Bearer {KEY}")),
+     ("openai-compatible", "/v1", "/v1/models", ("authorization", f"Bearer {KEY}"))],
+    ids=["anthropic", "openai", "openai-compatible"],
+)
+def test_the_probe_lists_models_with_the_key_in_the_providers_header(
+        provider: str, suffix: str, path: str, auth: tuple[str, str]) -> None:
+    with FakeProvider(script(MODEL_LISTS[provider]())) as fake:
+        found = probe(model(provider, fake.url + suffix), KEY)
+    assert found.ok and found.code == "ok", found
+    (seen,) = fake.requests
+    assert (seen.method, seen.path) == ("GET", path)
+    assert seen.headers[auth[0]] == auth[1]
+    if provider == "anthropic":
+        assert seen.headers["anthropic-version"] == "2023-06-01"
+    assert KEY not in found.message
+
+
+REFUSALS = [
+    pytest.param("anthropic", anthropic_error(401, "authentication_error", "invalid x-api-key"),
+                 "key-refused", id="anthropic-401"),
+    pytest.param("anthropic", anthropic_error(403, "permission_error",
+                                              "Your API key does not have permission"),
+                 "key-refused", id="anthropic-403"),
+    pytest.param("openai", openai_error(401, "invalid_api_key",
+                                        f"Incorrect API key provided: {KEY}."),
+                 "key-refused", id="openai-401-quotes-the-key"),
+    pytest.param("openai-compatible", openai_error(403, None, "forbidden"), "key-refused",
+                 id="compatible-403"),
+]
+
+
+@pytest.mark.parametrize(("provider", "reply", "code"), REFUSALS)
+def test_a_refused_key_refuses_naming_the_variable_never_the_value(
+        provider: str, reply: Reply, code: str) -> None:
+    with FakeProvider(script(reply)) as fake:
+        suffix = "" if provider == "anthropic" else "/v1"
+        found = probe(model(provider, fake.url + suffix, api_key_env="OURO_PROBE_KEY"), KEY)
+    assert not found.ok and found.code == code
+    assert found.http_status == reply.status
+    assert "OURO_PROBE_KEY" in found.message and "OURO_PROBE_KEY" in found.remedy
+    assert KEY not in str(found) and KEY[:12] not in str(found)
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [(Reply(404, body=b"404 page not found"), "no-model-list"),
+     (Reply(405, body=b""), "no-model-list"),
+     (openai_error(429, "rate_limit_exceeded", "slow down"), "answered"),
+     (Reply(503, body=b"upstream down"), "answered")],
+    ids=["404-no-list", "405", "429", "503"],
+)
+def test_other_answers_pass(reply: Reply, code: str) -> None:
+    with FakeProvider(script(reply)) as fake:
+        found = probe(model("openai-compatible", fake.url + "/v1"), None)
+    assert found.ok and found.code == code, found
+
+
+def test_a_refused_connection_refuses() -> None:
+    found = probe(model("openai", closed_port_url() + "/v1"), KEY)
+    assert not found.ok and found.code == "unreachable"
+    assert "cannot connect" in found.message and "base_url" in found.remedy
+
+
+def test_tls_to_a_plain_http_server_refuses_as_tls() -> None:
+    with FakeProvider(script(MODEL_LISTS["openai"]())) as fake:
+        found = probe(model("openai", fake.url.replace("http://", "https://") + "/v1"), KEY)
+    assert not found.ok and found.code == "tls", found
+    assert "TLS" in found.message
+
+
+def test_a_name_that_does_not_resolve_refuses_as_dns() -> None:
+    """The resolver's own error, raised where httpx's transport would (no DNS traffic)."""
+
+    class Unresolvable(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            try:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            except socket.gaierror as error:
+                raise httpx.ConnectError(str(error), request=request) from error
+
+    found = probe(model("anthropic", "https://no-such-host.invalid"), KEY,
+                  transport=Unresolvable())
+    assert not found.ok and found.code == "dns"
+    assert "does not resolve" in found.message
+
+
+def test_a_silent_server_times_out() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts, never answers
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        found = probe(model("openai-compatible", url), None, timeout=0.5)
+    finally:
+        listener.close()
+    assert not found.ok and found.code == "timeout"
+
+
+def test_offline_providers_are_not_probed() -> None:
+    assert probe(ModelConfig(provider="echo", name="echo"), None).ok
+
+
+def test_a_prober_probes_each_configuration_once_even_in_parallel() -> None:
+    calls: list[tuple[str, str | None]] = []
+    gate = threading.Event()
+
+    def slow(config: ModelConfig, key: str | None) -> ProbeResult:
+        calls.append((config.provider, config.base_url))
+        gate.wait(5)
+        return ProbeResult(True, "ok", "fine")
+
+    prober = Prober(slow)
+    a = model("openai", "http://127.0.0.1:1/v1")
+    b = model("openai", "http://127.0.0.1:2/v1")
+    results: list[ProbeResult] = []
+    threads = [threading.Thread(target=lambda m=m: results.append(prober.check(m, KEY)))
+               for m in (a, a, a, b)]
+    for thread in threads:
+        thread.start()
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 4 and all(r.ok for r in results)
+    assert sorted(calls) == [("openai", "http://127.0.0.1:1/v1"),
+                             ("openai", "http://127.0.0.1:2/v1")]
+
+
+def test_a_probe_bug_refuses_instead_of_raising() -> None:
+    def broken(config: ModelConfig, key: str | None) -> ProbeResult:
+        raise RuntimeError("bug")
+
+    found = Prober(broken).check(model("openai", "http://127.0.0.1:1/v1"), KEY)
+    assert not found.ok and "--no-probe" in found.remedy
+
