@@ -181,14 +181,15 @@ class PinnedKernel:
             if child is not None:
                 child.stderr.close()
             child = self._spawn(entry)
-        if self.keep_spare:
-            self._spare = self._spawn(entry)
         stop = threading.Event()
         watcher = threading.Thread(target=self._forward, args=(child.process, cancel, stop),
                                    daemon=True, name="ouro-pinned-cancel")
         watcher.start()
         try:
-            line = self._exchange(child.process, json.dumps(request).encode("utf-8"))
+            self._send(child.process, json.dumps(request).encode("utf-8"))
+            if self.keep_spare:  # started once the request is on its way: beside the run
+                self._spare = self._spawn(entry)
+            line = self._receive(child.process)
         finally:
             stop.set()
             watcher.join()
@@ -204,15 +205,19 @@ class PinnedKernel:
         return self._result(outcome, entry)
 
     @staticmethod
-    def _exchange(process: subprocess.Popen[bytes], request: bytes) -> bytes:
-        """Send the request, read the outcome's line (not waiting for the process to exit:
-        everything the kernel does is done before it writes the outcome)."""
-        assert process.stdin is not None and process.stdout is not None
+    def _send(process: subprocess.Popen[bytes], request: bytes) -> None:
+        assert process.stdin is not None
         try:
             process.stdin.write(request)
             process.stdin.close()
         except BrokenPipeError:
             pass  # it ended early: its stdout (or its status) says why
+
+    @staticmethod
+    def _receive(process: subprocess.Popen[bytes]) -> bytes:
+        """The outcome's line, not waiting for the process to exit: everything the kernel
+        does is done before it writes the outcome."""
+        assert process.stdout is not None
         line = process.stdout.readline()
         process.stdout.close()
         return line
