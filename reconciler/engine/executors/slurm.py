@@ -43,6 +43,7 @@ from reconciler.errors import ApplyError
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.models import SlurmSpec, sbatch_option
+from reconciler.state.kernels import store_root
 
 JOBS_DIR = "slurm-jobs"  # under the state dir: submitit's pickles and job logs
 SIGNAL_SECONDS = 90  # Slurm warns a job (USR2) this long before its time limit
@@ -232,6 +233,8 @@ class SlurmExecutor:
                 spec.paths().git_dir.parent, needed, what=f"lineage {spec.name} ({spec.where})"
             )
         require_lock_scope(self.state_dir, needed, what=f"the state dir {self.state_dir}")
+        store = store_root(self.state_dir)
+        require_lock_scope(store, needed, what=f"the kernel store {store}")
 
     def _request(self, spec: LoadedSpec) -> LineageRequest:
         identity = self.engine.identity
