@@ -31,7 +31,9 @@ V1: dict[str, Path] = {c: HOST.v1[c] for c in ("cpu", "cpuacct", "memory", "pids
 
 
 def unique(prefix: str) -> str:
-    return f"test-{prefix}-{uuid.uuid4().hex[:12]}"
+    """Scope names end in ``.<pid>`` as the kernel's do: another kernel's sweep on this
+    host (a concurrent test run) keeps them while this process lives."""
+    return f"test-{prefix}-{uuid.uuid4().hex[:12]}.{os.getpid()}"
 
 
 def cg1(controller: str, name: str) -> Path:
