@@ -269,7 +269,7 @@ class Engine:
                     return self._finish(spec, result, current)
                 # (a missing key or replay folder was refused by the plan, before creating)
                 api_key = preflight.api_key(spec.model())
-                if current.pending and self._probe_refuses(spec, api_key, result):
+                if current.pending and self.probe_refuses(spec, api_key, result):
                     lock.untouched = result.recovered is None  # nothing was created
                     return self._finish(spec, result, current)
                 if current.action == "create" and not self.limits.may_continue():
@@ -319,10 +319,11 @@ class Engine:
 
         return heard
 
-    def _probe_refuses(self, spec: LoadedSpec, api_key: str | None,
+    def probe_refuses(self, spec: LoadedSpec, api_key: str | None,
                        result: LineageResult) -> bool:
         """A free authenticated request before anything is created or run (``probe``):
-        False when the provider takes it, else True with why not and the remedy recorded."""
+        False when the provider takes it, else True with why not and the remedy recorded.
+        Executors that run lineages elsewhere (Slurm) call it before they submit."""
         if self.prober is None:
             return False
         model = spec.model()

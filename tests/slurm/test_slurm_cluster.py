@@ -315,6 +315,31 @@ def test_sbatch_refusing_a_job_is_an_error_of_that_lineage(
     assert_invariant(lineage_paths(tmp_path / "state", "sl-fine"), 1)
 
 
+def test_a_refused_key_is_probed_before_any_job_is_submitted(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.apply.test_model_failures import KEY, VARIABLE, paid_spec, route
+    from tests.fakes.provider_server import FakeProvider, openai_error
+
+    env[VARIABLE] = KEY
+    refused = openai_error(401, "invalid_api_key", f"Incorrect API key provided: {KEY}.")
+    with FakeProvider(route("openai-compatible", refused, models=refused)) as fake:
+        paid_spec(specs, "sl-key", "openai-compatible", fake.url + "/v1", 2)
+        _with_executor(specs / "sl-key.yaml")
+        result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs),
+                          env=env)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    (item,) = report(result)["lineages"]
+    (error,) = item["errors"]
+    assert VARIABLE in error and "nothing was created" in error
+    assert KEY not in result.stdout + result.stderr
+    assert [(s.method, s.path) for s in fake.requests] == [("GET", "/v1/models")]
+    names = [e["event"] for e in _events(tmp_path)]
+    assert "probe-failed" in names and "job-submitted" not in names
+    assert not (tmp_path / "state" / "sl-key").exists()
+    assert not (tmp_path / "state" / "sl-key.git").exists()
+
+
 def test_doctor_runs_a_life_in_a_job(env: dict[str, str]) -> None:
     result = run_ouro("doctor", "--executor", "slurm", env=env, timeout=300)
     assert result.returncode == 0, (result.stdout, result.stderr)

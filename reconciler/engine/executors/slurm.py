@@ -44,6 +44,7 @@ from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.models import SlurmSpec, sbatch_option
 from reconciler.state.kernels import store_root
+from reconciler.state.preflight import api_key
 
 JOBS_DIR = "slurm-jobs"  # under the state dir: submitit's pickles and job logs
 SIGNAL_SECONDS = 90  # Slurm warns a job (USR2) this long before its time limit
@@ -256,6 +257,10 @@ class SlurmExecutor:
 
     def _submit(self, spec: LoadedSpec, planned: LineagePlan) -> _Tracked:
         item = _Tracked(spec, planned, self._request(spec))
+        probed = LineageResult(spec.name, planned.action)
+        if self.engine.probe_refuses(spec, api_key(spec.model()), probed):
+            item.total, item.done = probed, True  # a wrong key costs no job and creates nothing
+            return item
         try:
             item.job = self._sbatch(spec, item.request)
         except ApplyError as error:
