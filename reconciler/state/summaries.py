@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal, InvalidOperation
+from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,7 @@ class GenerationRow:
 
 
 COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(GenerationRow))
+_POSITIONAL = attrgetter(*COLUMNS)  # a row's values, in COLUMNS order (the cache's rows)
 
 
 @dataclass(frozen=True)
@@ -114,34 +117,41 @@ class LineageSummary:
     def generations(self) -> int:
         return len(self.rows)
 
-    @property
-    def outcomes(self) -> dict[str, int]:
+    @cached_property
+    def _tally(self) -> tuple[dict[str, int], dict[str, int], Decimal, int]:
+        """Outcomes, death kinds, spend and model failures, in one pass over the rows
+        (the rows are immutable: computed once per summary)."""
         counts = {"changed": 0, "no-change": 0, "died": 0}
+        kinds: dict[str, int] = {}
+        total = Decimal(self.interrupted_usd)
+        failures = 0
         for row in self.rows:
             if row.status in counts:
                 counts[row.status] += 1
-        return counts
+            if row.death_cause is not None:
+                kinds[row.death_cause] = kinds.get(row.death_cause, 0) + 1
+            if row.spend_usd is not None:
+                total += Decimal(row.spend_usd)
+            if row.model_failure is not None:
+                failures += 1
+        return counts, dict(sorted(kinds.items())), total, failures
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        return dict(self._tally[0])
 
     @property
     def death_kinds(self) -> dict[str, int]:
-        kinds: dict[str, int] = {}
-        for row in self.rows:
-            if row.death_cause is not None:
-                kinds[row.death_cause] = kinds.get(row.death_cause, 0) + 1
-        return dict(sorted(kinds.items()))
+        return dict(self._tally[1])
 
     @property
     def spend_usd(self) -> Decimal:
         """Every generation's accounted spend plus that of discarded attempts."""
-        total = Decimal(self.interrupted_usd)
-        for row in self.rows:
-            if row.spend_usd is not None:
-                total += Decimal(row.spend_usd)
-        return total
+        return self._tally[2]
 
     @property
     def model_failures(self) -> int:
-        return sum(1 for row in self.rows if row.model_failure is not None)
+        return self._tally[3]
 
     def row(self, generation: int) -> GenerationRow | None:
         if 1 <= generation <= len(self.rows):
@@ -195,9 +205,18 @@ def _tokens(calls: Sequence[Any], key: str) -> int | None:
     return total
 
 
+_UNOBSERVED: dict[str, Any] = {
+    "outcome": None, "death_cause": None, "exit_status": None, "model_failure": None,
+    "model_calls": None, "tokens_in": None, "tokens_out": None, "spend_usd": None,
+    "cpu_seconds": None, "memory_peak_bytes": None, "wall_seconds": None,
+    "started_at": None, "provider": None, "model": None, "observed": False,
+}
+
+
 def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A row's observation part (every key of ``_UNOBSERVED``)."""
     if record is None:
-        return {"observed": False}
+        return dict(_UNOBSERVED)
     calls = record.get("model_calls")
     calls = calls if isinstance(calls, list) else []
     outcome = _str(record.get("outcome"))
@@ -256,13 +275,12 @@ def _organism_bytes(repo: pygit2.Repository, commit: pygit2.Commit) -> int | Non
     return int(size) if kind == pygit2.enums.ObjectType.BLOB else None
 
 
-def _size(repo: pygit2.Repository, commit: pygit2.Commit, row: GenerationRow,
-          previous: GenerationRow | None) -> int | None:
-    """organism.el's size at the row's commit. Read from the tree only when it may have
-    changed: a generation that changed nothing of it, right after the previous
+def _size(repo: pygit2.Repository, commit: pygit2.Commit, added: int | None,
+          deleted: int | None, edits_before: int, previous: GenerationRow | None) -> int | None:
+    """organism.el's size at a generation's commit. Read from the tree only when it may
+    have changed: a generation that changed nothing of it, right after the previous
     generation (no commit between), has the previous generation's size."""
-    unchanged = (row.organism_added == 0 and row.organism_deleted == 0
-                 and previous is not None and not row.external_edits_before
+    unchanged = (added == 0 and deleted == 0 and previous is not None and not edits_before
                  and bool(commit.parent_ids)
                  and str(commit.parent_ids[0]) == previous.lineage_commit)
     if unchanged and previous is not None:
@@ -270,22 +288,22 @@ def _size(repo: pygit2.Repository, commit: pygit2.Commit, row: GenerationRow,
     return _organism_bytes(repo, commit)
 
 
-def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, number: int,
-                edits_before: int, previous: GenerationRow | None, sized: bool) -> GenerationRow:
-    """The commit's part of a row (the organism's size only when ``sized``)."""
-    subject = _subject(commit)
+def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, subject: str, number: int,
+                edits_before: int, previous: GenerationRow | None, sized: bool,
+                record: Mapping[str, Any] | None = None) -> GenerationRow:
+    """A generation's row, built once: the commit's part (``subject`` is its first line),
+    joined with its observation ``record`` (when found), and the organism's size only
+    when ``sized``."""
     parsed = formats.parse_generation_subject(subject)
     added, deleted, paths = _diffstat(subject)
-    row = GenerationRow(
-        generation=number, status=parsed.status if parsed else None, outcome=None,
-        death_cause=None, exit_status=None, model_failure=None,
-        organism_bytes=None, organism_added=added,
-        organism_deleted=deleted, paths_changed=paths, model_calls=None, tokens_in=None,
-        tokens_out=None, spend_usd=None, cpu_seconds=None, memory_peak_bytes=None,
-        wall_seconds=None, started_at=None, external_edits_before=edits_before,
-        provider=None, model=None, lineage_commit=str(commit.id), observed=False,
+    observed = _observation_fields(record) if record is not None else _UNOBSERVED
+    size = _size(repo, commit, added, deleted, edits_before, previous) if sized else None
+    return GenerationRow(
+        generation=number, status=parsed.status if parsed else None,
+        organism_bytes=size, organism_added=added, organism_deleted=deleted,
+        paths_changed=paths, external_edits_before=edits_before,
+        lineage_commit=str(commit.id), **observed,
     )
-    return replace(row, organism_bytes=_size(repo, commit, row, previous)) if sized else row
 
 
 def _with_sizes(repo: pygit2.Repository, rows: Sequence[GenerationRow]) -> list[GenerationRow]:
@@ -295,7 +313,8 @@ def _with_sizes(repo: pygit2.Repository, rows: Sequence[GenerationRow]) -> list[
         commit = repo.get(row.lineage_commit)
         if not isinstance(commit, pygit2.Commit):
             raise KeyError(row.lineage_commit)
-        size = _size(repo, commit, row, sized[-1] if sized else None)
+        size = _size(repo, commit, row.organism_added, row.organism_deleted,
+                     row.external_edits_before, sized[-1] if sized else None)
         sized.append(replace(row, organism_bytes=size))
     return sized
 
@@ -324,20 +343,22 @@ def _head(repo: pygit2.Repository | None, branch: str) -> pygit2.Commit | None:
 
 
 def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[pygit2.Commit]:
-    commit: pygit2.Commit | None = start
-    seen: set[pygit2.Oid] = set()
-    while commit is not None and commit.id not in seen:
-        seen.add(commit.id)
-        yield commit
-        parents = commit.parents
-        commit = parents[0] if parents else None
+    """``start`` and its first parents, newest first (libgit2's first-parent walk)."""
+    walker = repo.walk(start.id, pygit2.enums.SortMode.NONE)
+    walker.simplify_first_parent()
+    yield from walker
 
 
 def _json_of(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
-    blob = repo.get(oid)
-    if not isinstance(blob, pygit2.Blob):
+    """A blob's JSON, read once through the object database (looking the blob up as an
+    object and then reading its data inflates a loose object twice)."""
+    try:
+        kind, data = repo.odb.read(oid)
+    except KeyError as missing:  # NotFoundError too
+        raise ValueError("missing") from missing
+    if kind != pygit2.enums.ObjectType.BLOB:
         raise ValueError("not a file")
-    return json.loads(blob.data)  # UTF-8 bytes: json decodes them
+    return json.loads(data)  # UTF-8 bytes: json decodes them
 
 
 def _subtree(repo: pygit2.Repository, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
@@ -511,7 +532,7 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
     """Write atomically (temp file, rename); a cache that cannot be written is skipped."""
     if cache_dir is None or summary.problems:
         return
-    rows = json.dumps([[getattr(row, name) for name in COLUMNS] for row in summary.rows],
+    rows = json.dumps([_POSITIONAL(row) for row in summary.rows],
                       separators=(",", ":"), ensure_ascii=True).encode("ascii")
     header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest())
     target = _cache_file(cache_dir, paths)
@@ -538,6 +559,7 @@ class _Walk:
     """What walking the lineage's first-parent history back to a known point found."""
 
     new: list[pygit2.Commit] = field(default_factory=list)  # oldest first, generation commits
+    subjects: list[str] = field(default_factory=list)  # their first lines
     edits: list[int] = field(default_factory=list)  # non-generation commits before each
     trailing: int = 0
     resumed: bool = False
@@ -548,6 +570,7 @@ def _walk(repo: pygit2.Repository, head: pygit2.Commit,
     """Generation commits after the cached head (all of them if the cache does not apply)."""
     stop = cached.lineage_head if cached is not None else None
     newest_first: list[pygit2.Commit] = []
+    subjects: list[str] = []
     between: list[int] = []  # non-generation commits after each newest-first commit
     pending = 0
     resumed = False
@@ -555,14 +578,17 @@ def _walk(repo: pygit2.Repository, head: pygit2.Commit,
         if stop is not None and str(commit.id) == stop:
             resumed = True
             break
-        if formats.is_generation_subject(_subject(commit)):
+        subject = _subject(commit)
+        if formats.is_generation_subject(subject):
             newest_first.append(commit)
+            subjects.append(subject)
             between.append(pending)
             pending = 0
         elif commit.parent_ids:  # not the root
             pending += 1
     walk = _Walk(resumed=resumed)
     walk.new = newest_first[::-1]
+    walk.subjects = subjects[::-1]
     # between[i] counts commits after newest_first[i]; the edits before commit i (oldest
     # first) are those after commit i-1, and before the first: the `pending` ones.
     after = between[::-1]
@@ -667,20 +693,24 @@ def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool) -> Line
             base = _with_sizes(repo, base)
     elif walk.resumed:  # the cache does not continue into today's history: start over
         walk = _walk(repo, head, None)
-    rows = list(base)
-    for commit, edits in zip(walk.new, walk.edits, strict=True):
-        rows.append(_commit_row(repo, commit, len(rows) + 1, edits, rows[-1] if rows else None,
-                                sized))
     interrupted = Decimal(0)
+    folder: dict[str, pygit2.Oid] = {}
     if obs_repo is not None and obs_head is not None:
         tree = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)
         folder = {str(entry.name): entry.id for entry in tree} if tree is not None else {}
-        for index, row in enumerate(rows):
-            if row.observed and index < len(base):
-                continue  # observations are append-only (the cached head is an ancestor)
-            record = _observation(obs_repo, folder, row.generation, problems)
-            if record is not None:
-                rows[index] = replace(row, **_observation_fields(record))
+        for index, row in enumerate(base):  # observations are append-only (the cached
+            if not row.observed:            # head is an ancestor): only the missing ones
+                record = _observation(obs_repo, folder, row.generation, problems)
+                if record is not None:
+                    base[index] = replace(row, **_observation_fields(record))
+    rows = base
+    for commit, subject, edits in zip(walk.new, walk.subjects, walk.edits, strict=True):
+        number = len(rows) + 1
+        record = (_observation(obs_repo, folder, number, problems)
+                  if obs_repo is not None else None)
+        rows.append(_commit_row(repo, commit, subject, number, edits,
+                                rows[-1] if rows else None, sized, record))
+    if obs_repo is not None and obs_head is not None:
         interrupted = _interrupted_usd(obs_repo, obs_head.tree, problems)
     journal = (cached.journal_heading if cached is not None and heads[0] == cached.lineage_head
                else _journal_heading(repo, head))
