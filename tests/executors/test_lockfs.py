@@ -8,6 +8,7 @@ import pytest
 
 from reconciler.engine.lockfs import TRUST_OVERRIDE_ENV, lock_trust, require_lock_scope
 from reconciler.errors import LockError
+from tests.host import require
 
 
 def _mountinfo(*mounts: tuple[str, str, str, str]) -> str:
@@ -67,8 +68,8 @@ def test_a_host_local_filesystem_is_refused_for_a_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(TRUST_OVERRIDE_ENV, raising=False)
-    if lock_trust(tmp_path).scope == "cluster":
-        pytest.skip("this test's tmp dir is on a cluster filesystem")
+    require(lock_trust(tmp_path).scope == "host",
+            "the test's tmp dir on a host-local filesystem (it is on a cluster one)")
     with pytest.raises(LockError) as caught:
         require_lock_scope(tmp_path, "cluster", what="lineage x (x.yaml:1)")
     message = str(caught.value)
