@@ -212,6 +212,17 @@ def _branch_target(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None
     return commit if isinstance(commit, pygit2.Commit) else None
 
 
+def _first_held(
+    repo: pygit2.Repository, candidates: tuple[str | None, ...]
+) -> tuple[str, pygit2.Commit] | None:
+    """The first of ``candidates`` (recorded branch, then HEAD's) that names a commit."""
+    for branch in dict.fromkeys(candidates):
+        head = _branch_target(repo, branch) if branch else None
+        if branch and head is not None:
+            return branch, head
+    return None
+
+
 def _head_branch(repo: pygit2.Repository) -> str | None:
     try:
         head = repo.lookup_reference("HEAD")
@@ -296,13 +307,10 @@ def _read_lineage_repo(
             + (f" (HEAD is on {read.head_branch!r})" if read.head_branch else ""),
         )
         # Refused, but what the lineage is is still reported: read the branch holding it.
-        for other in dict.fromkeys((recorded().lineage, read.head_branch)):
-            head = _branch_target(repo, other) if other else None
-            if head is not None:
-                read.branch = other
-                break
-        if head is None:
+        found = _first_held(repo, (recorded().lineage, read.head_branch))
+        if found is None:
             return read
+        read.branch, head = found
     read.head = head
     if read.head_branch != paths.branch and read.branch == paths.branch:
         problems.add(
@@ -460,13 +468,10 @@ def _read_observation_repo(
             f"{where} has no branch {paths.observation_branch!r}"
             + (f" (HEAD is on {checked_out!r})" if checked_out else ""),
         )
-        for other in dict.fromkeys((recorded().observation, checked_out)):
-            head = _branch_target(repo, other) if other else None
-            if head is not None:
-                read.branch = other
-                break
-        if head is None:
+        found = _first_held(repo, (recorded().observation, checked_out))
+        if found is None:
             return read
+        read.branch, head = found
     read.head = head
     if checked_out != paths.observation_branch and read.branch == paths.observation_branch:
         problems.add(
