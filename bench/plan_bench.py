@@ -31,6 +31,7 @@ of the CLI end to end (which also starts Python) are printed too.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -53,7 +54,7 @@ BENCH_FINGERPRINT = "f" * 64
 PIN = ("import reconciler.state.instrument as i; "
        "i._fingerprint = lambda: " + repr(BENCH_FINGERPRINT)
        + "; from reconciler.cli import main; main()")
-FORMAT = 5  # bump when the fleet's layout changes
+FORMAT = 6  # bump when the fleet's layout changes
 STAMP = 1_700_000_000
 TARGET_SECONDS = 1.0
 TARGET_RATIO = 10.0
@@ -62,7 +63,7 @@ os.environ["OURO_INSTRUMENT_COMMIT"] = BENCH_COMMIT
 
 import pygit2  # noqa: E402
 
-from reconciler.kernel import formats  # noqa: E402
+from reconciler.kernel import formats, publish  # noqa: E402
 from reconciler.kernel.config import (  # noqa: E402
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
@@ -134,9 +135,11 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
     worktree, git_dir, observations = (root / name, root / f"{name}.git",
                                        root / f"{name}.observations")
     branch, obs_branch = f"lineage-{name}", f"observations/lineage-{name}"
+    organism = b";;; organism.el --- bench seed\n(message \"alive\")\n"
     metadata = {"schema": LINEAGE_SCHEMA, "instrument_repository": "https://example.invalid/ouro",
                 "instrument_ref": "main", "instrument_commit": BENCH_COMMIT,
-                "instrument_fingerprint": BENCH_FINGERPRINT, "seed_sha256": "0" * 64}
+                "instrument_fingerprint": BENCH_FINGERPRINT,
+                "seed_sha256": hashlib.sha256(organism).hexdigest()}
     constraints = constraints_manifest(Ceilings(), ModelConfig(provider="echo", name="echo"))
 
     flags = pygit2.enums.RepositoryInitFlag
@@ -150,7 +153,7 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
     lineage = _Writer(repo, f"refs/heads/{branch}")
     observed = _Writer(obs, f"refs/heads/{obs_branch}")
 
-    organism = b";;; organism.el --- bench seed\n(message \"alive\")\n"
+    bodies = [organism]  # organism.el of every commit, root first (for the restore rule)
     journal = ""
     lineage.commit(formats.SEED_SUBJECT, {"organism.el": organism, "journal.md": b"",
                                           ".ouroboros-lineage.json": _json(metadata)})
@@ -162,8 +165,13 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
     for n in range(1, generations + 1):
         if n % 50 == 0:
             lineage.commit(formats.EXTERNAL_EDIT_SUBJECT, {"notes.txt": f"edit {n}\n".encode()})
+            bodies.append(organism)
         files: dict[str, bytes] = {}
-        if n % 13 == 0:
+        if n % 13 == 0:  # a death restores the body the kernel's rule says
+            source = publish.restore_source(organism, reversed(bodies[:-1]))
+            if source is not None:
+                organism = bodies[-2 - source]
+                files["organism.el"] = organism
             subject, entry = formats.subject_died(n, 3), formats.journal_entry(
                 n, "died", stamp, exit_status=3, stderr_lines=["boom"])
             outcome = "process_exit"
@@ -181,6 +189,7 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
         journal = formats.append_entry(journal, entry)
         files["journal.md"] = journal.encode()
         commit = lineage.commit(subject, files)
+        bodies.append(organism)
         record = {"schema": GENERATION_SCHEMA, "generation": n, "started_at": stamp,
                   "duration_ms": 500, "outcome": outcome,
                   "exit_status": 3 if outcome == "process_exit" else 0,

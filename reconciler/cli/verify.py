@@ -23,16 +23,26 @@ def verify_command(
         typer.Option("--timeout", help="seconds before the audit is stopped (default: 600)",
                      min=1),
     ] = None,  # the engine's DEFAULT_TIMEOUT, imported in the command: start-up stays light
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="read every object again, whatever the last clean "
+                     "audit recorded (finds damage that left a file's size and times alone)"),
+    ] = False,
 ) -> None:
-    """Audit both repositories of each lineage: exit 0 consistent, 1 findings or unknown."""
+    """Audit both repositories of each lineage: exit 0 consistent, 1 findings or unknown.
+
+    What the last clean audit of a lineage checked (recorded in <state dir>/.audits) is
+    not read again while its object files are untouched: only what is new."""
     from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
     from reconciler.spec.load import load_specs
     from reconciler.state.branches import spec_paths
+    from reconciler.state.fleet import audit_record_dir
 
     loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
     report = verify([(spec.name, spec_paths(spec)) for spec in loaded],
-                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
+                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+                    record_dir=audit_record_dir(state_dir), full=full)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))
     raise SystemExit(report.exit_status)
 

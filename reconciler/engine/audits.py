@@ -8,6 +8,7 @@ generations still running.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from reconciler.engine.verify import AuditHandle, start_background_audit
@@ -21,7 +22,8 @@ AUDIT_WAIT_S = 120.0  # per batch, once the generations are done
 class AuditBatches:
     """Collects finished lineages (``lineage_done``) and audits them; ``finish`` waits."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_dir: Path | None = None) -> None:
+        self._record_dir = record_dir  # the verdict records: each audit reads what is new
         self._mutex = threading.Lock()
         self._waiting: list[LoadedSpec] = []
         self._handles: list[AuditHandle] = []
@@ -35,12 +37,12 @@ class AuditBatches:
     def _launch(self) -> None:
         if self._waiting:
             items = [(spec.name, spec_paths(spec)) for spec in self._waiting]
-            self._handles.append(start_background_audit(items))
+            self._handles.append(start_background_audit(items, record_dir=self._record_dir))
             self._waiting = []
 
     def finish(self, *, interrupted: bool) -> dict[str, dict[str, Any]]:
-        """Every verdict by lineage name (``status`` and ``findings``); after an interrupt,
-        running audits are stopped and lineages not yet audited have none."""
+        """Every verdict by lineage name (``status``, ``resumed``, ``findings``); after an
+        interrupt, running audits are stopped and lineages not yet audited have none."""
         with self._mutex:
             if not interrupted:
                 self._launch()
@@ -57,6 +59,7 @@ class AuditBatches:
             for lineage in report.lineages:
                 verdicts[lineage.lineage] = {
                     "status": lineage.status,
+                    "resumed": lineage.resumed,  # generations its last clean verdict covered
                     "findings": [
                         f"{f.code} (gen {f.generation})" if f.generation else f.code
                         for f in lineage.findings

@@ -44,6 +44,7 @@ from reconciler.spec.load import LoadedSpec, load_specs
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
 from reconciler.state.branches import spec_paths
+from reconciler.state.fleet import audit_record_dir
 from reconciler.state.observe import observe
 from reconciler.state.preflight import provider_problem
 
@@ -221,7 +222,7 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
         max_generations=request.max_generations,
     )
     events = EventLog(resolve_state_dir(request.state_dir) / EVENTS_FILE)
-    audits = AuditBatches()
+    audits = AuditBatches(audit_record_dir(request.state_dir))
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
                     store=engine_kernels.default_store(request.state_dir),

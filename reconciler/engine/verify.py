@@ -95,6 +95,7 @@ class LineageReport:
     duration_ms: int = 0
     findings: tuple[Finding, ...] = ()
     exception_class: str | None = None
+    resumed: int = 0  # generations a recorded clean verdict covered (0: all read)
 
     def as_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -105,6 +106,7 @@ class LineageReport:
             "commits": self.commits,
             "findings_total": self.findings_total,
             "duration_ms": self.duration_ms,
+            "resumed": self.resumed,
             "findings": [
                 {"code": f.code, "lineage": f.lineage, "generation": f.generation}
                 for f in self.findings
@@ -202,10 +204,14 @@ def _lineage(value: Any, expected: str, max_findings: int) -> LineageReport:
     # status and findings must tell the same story; unknown never accuses
     if (status == "findings") != (total > 0) or (status == "findings") != bool(findings):
         raise _Refused
+    generations, resumed = _count(value.get("generations")), _count(value.get("resumed"))
+    if resumed > generations:
+        raise _Refused
     return LineageReport(
         lineage=expected,
         status=status,
-        generations=_count(value.get("generations")),
+        generations=generations,
+        resumed=resumed,
         observations=_count(value.get("observations")),
         commits=_count(value.get("commits")),
         findings_total=total,
@@ -348,6 +354,8 @@ class AuditHandle:
     max_report_bytes: int | None = None
     spawn: SpawnFn = spawn_child
     env: Mapping[str, str] | None = None
+    record_dir: Path | None = None  # the verdict records (state.audit_record); None: none
+    full: bool = False  # read everything, whatever a record says
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _launched: bool = field(default=False, init=False)
@@ -455,7 +463,8 @@ class AuditHandle:
     def _exchange(self, child: Child) -> bytes | None:
         """Send the job, read the report up to the cap; None when it is larger."""
         assert self.max_report_bytes is not None
-        job = encode_job(self._targets, max_findings=self.max_findings)
+        job = encode_job(self._targets, max_findings=self.max_findings,
+                         record_dir=self.record_dir, full=self.full)
         if child.stdin is not None:
             try:
                 child.stdin.write(job)
@@ -552,17 +561,22 @@ def start_background_audit(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     spawn: SpawnFn = spawn_child,
+    record_dir: Path | None = None,
 ) -> AuditHandle:
     """For apply: audit these lineages in a child now; ``.result(timeout)`` at the end,
-    ``.stop()`` on interrupt. Never delays the caller."""
-    return AuditHandle(items, timeout=timeout, spawn=spawn).start()
+    ``.stop()`` on interrupt. Never delays the caller. With ``record_dir``, each lineage's
+    audit reads only what came after its last recorded clean verdict."""
+    return AuditHandle(items, timeout=timeout, spawn=spawn, record_dir=record_dir).start()
 
 
 def verify(
-    items: Sequence[AuditItem], *, timeout: float = DEFAULT_TIMEOUT, spawn: SpawnFn = spawn_child
+    items: Sequence[AuditItem], *, timeout: float = DEFAULT_TIMEOUT, spawn: SpawnFn = spawn_child,
+    record_dir: Path | None = None, full: bool = False,
 ) -> VerifyReport:
-    """Audit in a child and wait for the verdict (``ouro verify``)."""
-    handle = AuditHandle(items, timeout=timeout, spawn=spawn).start()
+    """Audit in a child and wait for the verdict (``ouro verify``); ``full`` reads every
+    object whatever the records say (and records the new verdicts)."""
+    handle = AuditHandle(items, timeout=timeout, spawn=spawn, record_dir=record_dir,
+                         full=full).start()
     try:
         return handle.result(timeout + 30.0)
     except TimeoutError:

@@ -25,6 +25,10 @@ def _lineage_lines(lineage: LineageReport, outcome: str) -> list[str]:
         f"{_plural(lineage.observations, 'observation')}"
     )
     if lineage.status == "consistent":
+        if lineage.resumed:
+            fresh = lineage.generations - lineage.resumed
+            counts += (f"; {_plural(fresh, 'new generation')} read, the earlier "
+                       f"{lineage.resumed} as the last clean audit left them (--full reads all)")
         return [f"{lineage.lineage}: consistent ({counts})"]
     if lineage.status == "unknown":
         why = _WHY_UNKNOWN.get(outcome, "its history could not be read")

@@ -16,6 +16,16 @@ version that is not a prefix is read and diffed. The hashing still covers the
 sum of all versions' sizes, the one term that grows faster than history (a few
 percent of the audit at 1,000 generations).
 
+An audit may resume (``since``, a ``Resume``): an earlier audit found both
+histories consistent up to two heads and read every object reachable from them
+(``reconciler.state.audit_record`` keeps that verdict and decides whether it
+still holds). The resumed audit checks only the commits, objects and
+observations that came after those heads, and re-checks everything global (the
+root, both metadata files, the journal's headings, which generations have
+observations); every per-generation check of the earlier part is a statement
+about immutable objects that the earlier audit already made. When today's
+histories do not continue the recorded heads, the audit starts over in full.
+
 The restored body after a death (``restored_organism``) is the kernel's rule,
 ``kernel.publish.restore_source``: on a death whose parent is P, organism.el
 becomes the body of P's nearest first-parent ancestor whose organism.el exists and
@@ -55,6 +65,7 @@ __all__ = [
     "Finding",
     "HistoryUnreadable",
     "LineageAudit",
+    "Resume",
     "accounted_spend",
     "audit_lineage",
     "audit_lineages",
@@ -132,8 +143,31 @@ class LineageAudit:
     exception_class: str | None = None
 
 
+    resumed: int = 0  # generations an earlier clean audit had checked (0: a full audit)
+    lineage_head: str | None = None  # the heads this audit checked (None: unknown)
+    observation_head: str | None = None
+    observation_commits: int = 0
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What an earlier clean audit proved: both first-parent histories are consistent up
+    to these heads (the ``commits``-th commit of each) and every object reachable from
+    them reads whole."""
+
+    lineage_head: str
+    lineage_commits: int
+    generations: int
+    observation_head: str
+    observation_commits: int
+
+
 class HistoryUnreadable(Exception):
     """The lineage's history cannot be read at all: the audit says `unknown`, never guilty."""
+
+
+class _NotResumable(Exception):
+    """Today's histories do not continue the earlier audit's heads: audit in full."""
 
 
 # ---------------------------------------------------------------- small readers
@@ -198,6 +232,21 @@ def _first_parent_chain(repo: pygit2.Repository, head: pygit2.Oid) -> list[pygit
         oid = commit.parent_ids[0] if commit.parent_ids else None
     chain.reverse()
     return chain
+
+
+def _resumed_at(chain: Sequence[pygit2.Commit], head: str, commits: int) -> int:
+    """Where the audit resumes: the index after the earlier head, which must be the
+    ``commits``-th commit of today's first-parent history."""
+    if not 1 <= commits <= len(chain) or str(chain[commits - 1].id) != head:
+        raise _NotResumable("the history does not continue the audited head")
+    return commits
+
+
+def _tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    tree = repo[oid]
+    if not isinstance(tree, pygit2.Tree):
+        raise HistoryUnreadable("not a tree")
+    return tree
 
 
 def _branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Oid | None:
@@ -382,6 +431,10 @@ class _Audit:
     generations: int = 0
     observations: int = 0
     commits: int = 0
+    since: Resume | None = None
+    lineage_head: str | None = None
+    observation_head: str | None = None
+    observation_commits: int = 0
 
     def find(self, code: str, generation: int | None = None) -> None:
         self.findings.append(Finding(code, self.name, generation))
@@ -396,7 +449,7 @@ class _Audit:
         if head is None:
             raise HistoryUnreadable("no lineage branch")
         chain = _first_parent_chain(repo, head)
-        self.commits = len(chain)
+        self.commits, self.lineage_head = len(chain), str(head)
         return repo, chain, self._root(repo, chain[0])
 
     def _root(self, repo: pygit2.Repository, root: pygit2.Commit) -> dict[str, Any] | None:
@@ -422,16 +475,26 @@ class _Audit:
     def walk(
         self, repo: pygit2.Repository, chain: list[pygit2.Commit]
     ) -> dict[int, tuple[pygit2.Oid, str | None]]:
-        """Every generation commit, checked against its parent. Returns n -> (id, status)."""
+        """Every generation commit (after the resumed head), checked against its parent.
+        Returns n -> (id, status) for every generation, the resumed ones included."""
         generations: dict[int, tuple[pygit2.Oid, str | None]] = {}
         organisms = [_blob_id(commit.tree, ORGANISM_FILE) for commit in chain]
         metadata = _blob_id(chain[0].tree, METADATA_FILE)
+        start, count = 1, 0
+        if self.since is not None:
+            start = _resumed_at(chain, self.since.lineage_head, self.since.lineage_commits)
+            for commit in chain[1:start]:  # numbered again, never re-checked
+                if formats.is_generation_subject(_subject(commit)):
+                    count += 1
+                    parsed = formats.parse_generation_subject(_subject(commit))
+                    generations[count] = (commit.id, parsed.status if parsed else None)
+            if count != self.since.generations:
+                raise _NotResumable("generation count")
         journals = _Prefixes(
             repo, "blob", _blob_bytes(repo, _blob_id(chain[-1].tree, JOURNAL_FILE)) or b"")
-        journals.prepare(_blob_id(commit.tree, JOURNAL_FILE) for commit in chain)
-        count = 0
-        for index, commit in enumerate(chain[1:], start=1):
-            parent = chain[index - 1]
+        journals.prepare(_blob_id(commit.tree, JOURNAL_FILE) for commit in chain[start - 1:])
+        for index in range(start, len(chain)):
+            commit, parent = chain[index], chain[index - 1]
             subject = _subject(commit)
             generation = formats.is_generation_subject(subject)
             if generation:
@@ -519,7 +582,11 @@ class _Audit:
         if head is None:
             self.find("observations-missing")
             return None
-        return repo, _first_parent_chain(repo, head)
+        chain = _first_parent_chain(repo, head)
+        if self.since is not None:
+            _resumed_at(chain, self.since.observation_head, self.since.observation_commits)
+        self.observation_head, self.observation_commits = str(head), len(chain)
+        return repo, chain
 
     def observation_metadata(
         self, repo: pygit2.Repository, head: pygit2.Commit, lineage_metadata: dict[str, Any] | None
@@ -553,14 +620,16 @@ class _Audit:
         and appended numbers sort last) only added files; only the other commits are
         diffed.
         """
+        first = 1 if self.since is None else self.since.observation_commits
         folders = [_tree_id(commit.tree, formats.GENERATIONS_DIR) for commit in chain]
         prefixes = self.folders
         if prefixes is None or prefixes.final_id != folders[-1]:
             final = repo.odb.read(folders[-1])[1] if folders[-1] is not None else b""
             prefixes = _Prefixes(repo, "tree", final, folders[-1])
-        prefixes.prepare(folders)
+        prefixes.prepare(folders[first - 1:])
         metadata = [_blob_id(commit.tree, formats.OBSERVATION_METADATA_FILE) for commit in chain]
-        for index, commit in enumerate(chain[1:], start=1):
+        for index in range(first, len(chain)):
+            commit = chain[index]
             start, end = prefixes.length(folders[index - 1]), prefixes.length(folders[index])
             if (metadata[index - 1] in (None, metadata[index]) and start is not None
                     and end is not None and start <= end):
@@ -578,19 +647,28 @@ class _Audit:
                           formats.parse_observation_path(rewritten[0]))
 
     def observation_files(
-        self, repo: pygit2.Repository, head: pygit2.Commit
-    ) -> dict[int, list[bytes]]:
-        files: dict[int, list[bytes]] = {}
-        if (formats.GENERATIONS_DIR not in head.tree
-                or head.tree[formats.GENERATIONS_DIR].type_str != "tree"):
+        self, repo: pygit2.Repository, chain: list[pygit2.Commit]
+    ) -> dict[int, list[bytes | None]]:
+        """Each generation's observation files, by number; when resumed, a file the earlier
+        audit checked (same name, same blob) is listed but not read (``None``)."""
+        files: dict[int, list[bytes | None]] = {}
+        folder_id = _tree_id(chain[-1].tree, formats.GENERATIONS_DIR)
+        if folder_id is None:
             return files
-        folder = repo[head.tree[formats.GENERATIONS_DIR].id]
-        assert isinstance(folder, pygit2.Tree)
-        for entry in folder:
+        checked: dict[str, pygit2.Oid] = {}
+        if self.since is not None:
+            earlier = _tree_id(chain[self.since.observation_commits - 1].tree,
+                               formats.GENERATIONS_DIR)
+            if earlier is not None:
+                checked = {entry.name or "": entry.id for entry in _tree(repo, earlier)}
+        for entry in _tree(repo, folder_id):
             number = formats.parse_observation_path(f"{formats.GENERATIONS_DIR}/{entry.name}")
             if number is None or entry.type_str != "blob":
                 continue
-            files.setdefault(number, []).append(_blob_bytes(repo, entry.id) or b"")
+            if checked.get(entry.name or "") == entry.id:
+                files.setdefault(number, []).append(None)
+            else:
+                files.setdefault(number, []).append(_blob_bytes(repo, entry.id) or b"")
         return files
 
     def observations_against(
@@ -598,7 +676,7 @@ class _Audit:
         lineage_repo: pygit2.Repository,
         head: pygit2.Oid,
         generations: dict[int, tuple[pygit2.Oid, str | None]],
-        files: dict[int, list[bytes]],
+        files: dict[int, list[bytes | None]],
     ) -> None:
         self.observations = sum(len(found) for found in files.values())
         for number in sorted(set(files) - set(generations)):
@@ -610,7 +688,9 @@ class _Audit:
                 continue
             if len(found) > 1:
                 self.find("observation-duplicate", number)
-            self._observation(lineage_repo, head, number, commit_id, status, found[0])
+            raw = found[0]
+            if raw is not None:  # None: the earlier audit checked this very file
+                self._observation(lineage_repo, head, number, commit_id, status, raw)
 
     def _observation(
         self, repo: pygit2.Repository, head: pygit2.Oid, number: int,
@@ -696,6 +776,68 @@ def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid,
     return unreadable
 
 
+def _unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: str) -> int:
+    """The objects reachable from ``head`` but not from ``audited`` (whose every object an
+    earlier audit read), each read once; counts those that cannot be read.
+
+    Linear in what is new: a commit not reachable from ``audited`` is read, and its tree
+    only where it differs from its first parent's (an entry equal to the parent's is
+    reachable from the parent: read by the earlier audit, or by this walk, which reaches
+    every new commit). A root commit's tree is read whole.
+    """
+    try:
+        walker = repo.walk(head)
+        walker.hide(pygit2.Oid(hex=audited))
+        commits = [(commit.id, commit.tree_id, commit.parent_ids[:1]) for commit in walker]
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        return 1  # a commit on the way cannot be read
+    seen: set[pygit2.Oid] = set()
+    unreadable = 0
+    for oid, tree_id, first in commits:
+        unreadable += not _inflates(repo, oid)
+        base = None
+        if first:
+            parent = _readable(repo, first[0])
+            base = parent.tree_id if isinstance(parent, pygit2.Commit) else None
+        unreadable += _tree_changes_unreadable(repo, tree_id, base, seen)
+    return unreadable
+
+
+def _readable(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Object | None:
+    try:
+        return repo.get(oid)
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        return None
+
+
+def _tree_changes_unreadable(repo: pygit2.Repository, tree_id: pygit2.Oid,
+                             base_id: pygit2.Oid | None, seen: set[pygit2.Oid]) -> int:
+    """Read the tree ``tree_id`` and what in it differs from ``base_id`` (None: all of it)."""
+    unreadable = 0
+    stack: list[tuple[pygit2.Oid, pygit2.Oid | None]] = [(tree_id, base_id)]
+    while stack:
+        oid, base = stack.pop()
+        if oid == base or oid in seen:
+            continue
+        seen.add(oid)
+        tree = _readable(repo, oid)
+        if not isinstance(tree, pygit2.Tree):
+            unreadable += 1
+            continue
+        earlier = _readable(repo, base) if base is not None else None
+        before = ({entry.name: entry.id for entry in earlier}
+                  if isinstance(earlier, pygit2.Tree) else {})
+        for entry in tree:
+            if entry.filemode == pygit2.GIT_FILEMODE_COMMIT or before.get(entry.name) == entry.id:
+                continue
+            if entry.type_str == "tree":
+                stack.append((entry.id, before.get(entry.name)))
+            elif entry.id not in seen:
+                seen.add(entry.id)
+                unreadable += not _inflates(repo, entry.id)
+    return unreadable
+
+
 def _inflates(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
     """The object reads whole (libgit2 inflates it and checks its hash)."""
     try:
@@ -720,18 +862,26 @@ def _newest_folder(repo: pygit2.Repository, head: pygit2.Oid) -> _Prefixes | Non
 
 
 def _objects(audit: _Audit) -> None:
-    """Both repositories' reachable objects; never raises (the later passes judge the rest)."""
+    """Both repositories' reachable objects (when resumed, those after the audited heads);
+    never raises (the later passes judge the rest)."""
+    since = audit.since
     places = (
-        (audit.paths.git_dir, audit.paths.branch, False),
-        (audit.paths.observations, audit.paths.observation_branch, True),
+        (audit.paths.git_dir, audit.paths.branch, False,
+         since.lineage_head if since else None),
+        (audit.paths.observations, audit.paths.observation_branch, True,
+         since.observation_head if since else None),
     )
-    for place, branch, observations in places:
+    for place, branch, observations, audited in places:
         try:
             repo = pygit2.Repository(str(place), _NO_SEARCH)
             head = _branch_head(repo, branch)
         except (pygit2.GitError, OSError, KeyError, ValueError):
             continue
         if head is None:
+            continue
+        if audited is not None:
+            if _unreadable_since(repo, head, audited):
+                audit.find("object-unreadable")
             continue
         folders = _newest_folder(repo, head) if observations else None
         if observations:
@@ -752,7 +902,7 @@ def _run(audit: _Audit) -> None:
     head = obs_chain[-1]
     audit.observation_metadata(obs_repo, head, metadata)
     audit.observation_history(obs_repo, obs_chain)
-    files = audit.observation_files(obs_repo, head)
+    files = audit.observation_files(obs_repo, obs_chain)
     audit.observations_against(repo, chain[-1].id, generations, files)
 
 
@@ -765,13 +915,19 @@ def exception_class_name(error: BaseException) -> str | None:
 IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
-def audit_lineage(paths: LineagePaths, name: str | None = None) -> LineageAudit:
-    """Audit one lineage's whole history. Never raises: unreadable -> ``unknown``."""
+def audit_lineage(paths: LineagePaths, name: str | None = None,
+                  since: Resume | None = None) -> LineageAudit:
+    """Audit one lineage's history: all of it, or what came after ``since`` when today's
+    histories continue it (else all of it). Never raises: unreadable -> ``unknown``."""
     lineage = name if name is not None else paths.label
     started = time.monotonic()
-    audit = _Audit(lineage, paths)
+    audit = _Audit(lineage, paths, since=since)
     try:
-        _run(audit)
+        try:
+            _run(audit)
+        except _NotResumable:
+            audit = _Audit(lineage, paths)
+            _run(audit)
     except Exception as error:  # unknown is not guilty: no partial accusation survives
         damage = tuple(f for f in audit.findings if f.code == "object-unreadable")
         if damage:  # ... but an unreadable object is no guess: the history is damaged
@@ -790,6 +946,10 @@ def audit_lineage(paths: LineagePaths, name: str | None = None) -> LineageAudit:
         commits=audit.commits,
         findings=findings,
         duration_ms=_elapsed_ms(started),
+        resumed=audit.since.generations if audit.since is not None else 0,
+        lineage_head=audit.lineage_head,
+        observation_head=audit.observation_head,
+        observation_commits=audit.observation_commits,
     )
 
 

@@ -15,14 +15,16 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from reconciler.kernel.config import LineagePaths
 from reconciler.state.audit import IDENTIFIER, LineageAudit, audit_lineage, exception_class_name
+from reconciler.state.audit_record import audit_recorded
 
-JOB_SCHEMA = "ouro-verify-job/v1"
-REPORT_SCHEMA = "ouro-verify-report/v1"
+JOB_SCHEMA = "ouro-verify-job/v2"
+REPORT_SCHEMA = "ouro-verify-report/v2"
 MAX_JOB_BYTES = 4 << 20
 DEFAULT_MAX_FINDINGS = 100  # per lineage; the total count is reported beside them
 _PATH_KEYS = ("worktree", "git_dir", "observations")
@@ -33,7 +35,16 @@ class JobInvalid(Exception):
     """The child audits only a well-formed job: anything else is reported as unknown."""
 
 
-def encode_job(items: list[tuple[str, LineagePaths]], *, max_findings: int) -> bytes:
+@dataclass(frozen=True)
+class Job:
+    items: list[tuple[str, LineagePaths]]
+    max_findings: int
+    record_dir: Path | None = None  # where verdicts are recorded (None: audit in full)
+    full: bool = False  # ignore the records (still write the new verdicts)
+
+
+def encode_job(items: list[tuple[str, LineagePaths]], *, max_findings: int,
+               record_dir: Path | None = None, full: bool = False) -> bytes:
     """The job the supervisor writes to the child's stdin."""
     lineages = [
         {
@@ -43,11 +54,12 @@ def encode_job(items: list[tuple[str, LineagePaths]], *, max_findings: int) -> b
         }
         for name, paths in items
     ]
-    job = {"schema": JOB_SCHEMA, "max_findings": max_findings, "lineages": lineages}
+    job = {"schema": JOB_SCHEMA, "max_findings": max_findings, "lineages": lineages,
+           "record_dir": None if record_dir is None else str(record_dir), "full": full}
     return json.dumps(job, ensure_ascii=False).encode("utf-8")
 
 
-def decode_job(data: bytes) -> tuple[list[tuple[str, LineagePaths]], int]:
+def decode_job(data: bytes) -> Job:
     try:
         job = json.loads(data.decode("utf-8"))
     except ValueError as error:
@@ -60,6 +72,11 @@ def decode_job(data: bytes) -> tuple[list[tuple[str, LineagePaths]], int]:
         raise JobInvalid("job: max_findings")
     if not isinstance(lineages, list):
         raise JobInvalid("job: lineages")
+    record_dir, full = job.get("record_dir"), job.get("full")
+    if not (record_dir is None or (isinstance(record_dir, str) and record_dir)):
+        raise JobInvalid("job: record_dir")
+    if not isinstance(full, bool):
+        raise JobInvalid("job: full")
     items: list[tuple[str, LineagePaths]] = []
     for entry in lineages:
         keys = ("name", *_PATH_KEYS, *_BRANCH_KEYS)
@@ -74,7 +91,13 @@ def decode_job(data: bytes) -> tuple[list[tuple[str, LineagePaths]], int]:
             name=entry["name"],
         )
         items.append((entry["name"], paths))
-    return items, max_findings
+    return Job(items, max_findings, None if record_dir is None else Path(record_dir), full)
+
+
+def audit_one(job: Job, name: str, paths: LineagePaths) -> LineageAudit:
+    if job.record_dir is None:
+        return audit_lineage(paths, name)
+    return audit_recorded(paths, name, job.record_dir, full=job.full)
 
 
 def lineage_record(audit: LineageAudit, max_findings: int) -> dict[str, Any]:
@@ -86,6 +109,7 @@ def lineage_record(audit: LineageAudit, max_findings: int) -> dict[str, Any]:
         "commits": audit.commits,
         "findings_total": len(audit.findings),
         "duration_ms": audit.duration_ms,
+        "resumed": audit.resumed,
         "findings": [
             {"code": f.code, "lineage": f.lineage, "generation": f.generation}
             for f in audit.findings[:max_findings]
@@ -111,8 +135,8 @@ def run(stdin: BinaryIO) -> dict[str, Any]:
         data = stdin.read(MAX_JOB_BYTES + 1)
         if len(data) > MAX_JOB_BYTES:
             raise JobInvalid("job: too large")
-        items, max_findings = decode_job(data)
-        lineages = [lineage_record(audit_lineage(p, n), max_findings) for n, p in items]
+        job = decode_job(data)
+        lineages = [lineage_record(audit_one(job, n, p), job.max_findings) for n, p in job.items]
         report["status"] = overall_status([record["status"] for record in lineages])
         report["lineages"] = lineages
     except Exception as error:  # the report is the only output: never a traceback

@@ -20,7 +20,7 @@ from reconciler.kernel.config import LineagePaths
 from reconciler.spec.load import default_places, load_specs, state_dir
 from reconciler.state.branches import resolve, spec_paths
 
-__all__ = ["Lineage", "find_lineages", "fleet", "summary_cache_dir"]
+__all__ = ["Lineage", "audit_record_dir", "find_lineages", "fleet", "summary_cache_dir"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,13 @@ def summary_cache_dir(explicit: Path | None = None) -> Path:
     from reconciler.state.summaries import CACHE_DIR
 
     return state_dir(explicit) / CACHE_DIR
+
+
+def audit_record_dir(explicit: Path | None = None) -> Path:
+    """Where the audits' clean verdicts are recorded: ``<state dir>/.audits``."""
+    from reconciler.state.audit_record import RECORD_DIR
+
+    return state_dir(explicit) / RECORD_DIR
 
 
 def _in_state_dir(folder: Path) -> list[Lineage]:

@@ -80,6 +80,8 @@ def test_extend_runs_only_the_missing_generations(specs: Path, env: dict[str, st
     lineage = report(result)["lineages"][0]
     assert lineage["planned_action"] == "extend"
     assert lineage["generations_run"] == 2
+    # the audit read only the new generations: the first apply's clean verdict held
+    assert lineage["audit"] == {"status": "consistent", "resumed": 1, "findings": []}
     # gen 1 installed the quiet body, which never asks the model again
     assert lineage["outcomes"] == {"no-change": 2}
     paths = lineage_paths(tmp_path / "state", "beta")

@@ -212,8 +212,8 @@ def test_the_child_module_writes_exactly_one_report(tmp_path: Path) -> None:
         b"not json",
         b"[]",
         b'{"schema": "ouro-verify-job/v0", "lineages": [], "max_findings": 1}',
-        b'{"schema": "ouro-verify-job/v1", "lineages": [{"name": 1}], "max_findings": 1}',
-        b'{"schema": "ouro-verify-job/v1", "lineages": [], "max_findings": -1}',
+        b'{"schema": "ouro-verify-job/v2", "lineages": [{"name": 1}], "max_findings": 1}',
+        b'{"schema": "ouro-verify-job/v2", "lineages": [], "max_findings": -1}',
     ],
     ids=["empty", "not-json", "array", "schema", "entry", "max-findings"],
 )

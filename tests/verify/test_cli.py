@@ -149,6 +149,7 @@ def test_the_public_api_is_chosen() -> None:
         "Finding",
         "HistoryUnreadable",
         "LineageAudit",
+        "Resume",
         "accounted_spend",
         "audit_lineage",
         "audit_lineages",

@@ -44,6 +44,7 @@ def lineage_record(**changes: Any) -> dict[str, Any]:
         "commits": 4,
         "findings_total": 1,
         "duration_ms": 2,
+        "resumed": 0,
         "findings": [{"code": "overspend", "lineage": "a", "generation": 2}],
     }
     record.update(changes)
@@ -383,6 +384,11 @@ REFUSED: list[tuple[str, bytes]] = [
     ("count-float", encoded(_lineage(commits=1.5))),
     ("count-string", encoded(_lineage(generations="3"))),
     ("count-huge", encoded(_lineage(generations=10**15))),
+    ("resumed-beyond-generations", encoded(_lineage(resumed=4))),
+    ("resumed-negative", encoded(_lineage(resumed=-1))),
+    ("resumed-bool", encoded(_lineage(resumed=True))),
+    ("resumed-missing", encoded(report(lineages=[
+        {k: v for k, v in lineage_record().items() if k != "resumed"}]))),
     ("duration-negative", encoded(report(duration_ms=-1))),
     (
         "duration-infinity",
