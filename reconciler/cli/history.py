@@ -80,11 +80,12 @@ def show_command(
     body that died, the model's prompts and replies, ceilings and accounting."""
     from reconciler.report.history import show_json, show_text
     from reconciler.state.history import detail
+    from reconciler.state.ran_with import born_under
 
     paths, summary = _one(name, specs, state_dir)
     found = detail(paths, summary, generation)
     render = show_json if as_json else show_text
-    sys.stdout.write(render(name, found, full=full))
+    sys.stdout.write(render(name, found, full=full, born=born_under(paths)))
 
 
 def diff_command(

@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from reconciler.report.calls import call_stops, failure_of
+from reconciler.report.physics import kernel_json, kernel_lines
 from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.ran_with import BornUnder, kernel_run
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
 
 __all__ = [
@@ -174,7 +177,17 @@ def _calls(record: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
 
 
-def show_text(name: str, detail: GenerationDetail, *, full: bool = False) -> str:
+def _model_lines(record: dict[str, Any] | None) -> list[str]:
+    failure = failure_of(record)
+    out = [f"model failure: {failure.summary()}"] if failure is not None else []
+    if record is not None and record.get("usage_exceeds_request") is True:
+        out.append("usage exceeds the request: the provider reported more usage than the "
+                   "request could have cost (recorded as reported)")
+    return out
+
+
+def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
+              born: BornUnder | None = None) -> str:
     row = detail.row
     record = detail.record
     out = [
@@ -187,6 +200,9 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False) -> str
         f"model {row.provider or '—'}/{row.model or '—'}: {_number(row.model_calls)} calls, "
         f"tokens {_number(row.tokens_in)} in / {_number(row.tokens_out)} out, "
         f"spend ${_number(row.spend_usd)}",
+        *_model_lines(record),
+        "",
+        *kernel_lines(kernel_run(record), born, record is not None),
         "",
         "## journal entry",
         detail.journal_entry or "(none)",
@@ -200,12 +216,15 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False) -> str
                 "", "## the body that died (organism.el as it ran)",
                 _bounded(detail.body, full, limit=20 * DEFAULT_TEXT_CHARS)]
     out += ["", "## diff against the previous generation", diff_text(detail.diff).rstrip("\n")]
-    for call in _calls(record):
+    for call, stop in zip(_calls(record), call_stops(record), strict=True):
         index = call.get("request_index", "?")
         out += ["", f"## model call {index}: http {call.get('http_status')}, "
                     f"error {call.get('error') or '—'}, "
                     f"reserved ${call.get('reserved_usd')}, accounted ${call.get('accounted_usd')}",
-                "### prompt", _bounded(call.get("prompt"), full),
+                stop.summary()]
+        if stop.error_detail:
+            out.append(f"provider said: {stop.error_detail}")
+        out += ["### prompt", _bounded(call.get("prompt"), full),
                 "### reply", _bounded(call.get("response"), full)]
     if record is not None:
         constraints = record.get("constraints")
@@ -214,7 +233,8 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False) -> str
     return safe("\n".join(out) + "\n")
 
 
-def show_json(name: str, detail: GenerationDetail, *, full: bool = False) -> str:
+def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
+              born: BornUnder | None = None) -> str:
     calls = []
     for call in _calls(detail.record):
         item = dict(call)
@@ -236,5 +256,9 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False) -> str
         "body": detail.body if detail.row.status == "died" else None,
         "diff": [asdict(item) for item in detail.diff],
         "observation": record,
+        "kernel": kernel_json(kernel_run(detail.record), born, detail.record is not None),
+        "model_stops": [asdict(stop) for stop in call_stops(detail.record)],
+        "provider_failure": (asdict(failure) if (failure := failure_of(detail.record))
+                             else None),
     }
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 from reconciler.errors import StateError
 from reconciler.kernel.config import LineagePaths
 from reconciler.spec.load import default_places, load_specs, state_dir
+from reconciler.spec.models import ModelSpec
 from reconciler.state.branches import resolve, spec_paths
 
 __all__ = ["Lineage", "audit_record_dir", "find_lineages", "fleet", "summary_cache_dir"]
@@ -28,6 +29,7 @@ class Lineage:
     name: str
     paths: LineagePaths
     desired: int | None = None  # the generations its spec asks for (None: no spec)
+    model: ModelSpec | None = None  # its spec's model section (None: no spec)
 
 
 def summary_cache_dir(explicit: Path | None = None) -> Path:
@@ -63,7 +65,8 @@ def _in_state_dir(folder: Path) -> list[Lineage]:
 def fleet(specs: Sequence[Path], explicit_state_dir: Path | None = None) -> list[Lineage]:
     """The specs' lineages (in spec order), or every lineage in the state dir."""
     if specs:
-        return [Lineage(spec.name, spec_paths(spec), spec.spec.spec.generations)
+        return [Lineage(spec.name, spec_paths(spec), spec.spec.spec.generations,
+                        spec.spec.spec.model)
                 for spec in load_specs(specs, state_dir=explicit_state_dir)]
     return _in_state_dir(state_dir(explicit_state_dir))
 

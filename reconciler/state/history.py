@@ -25,6 +25,7 @@ __all__ = [
     "diff_commits",
     "diff_generations",
     "journal_entry",
+    "record",
 ]
 
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
@@ -138,7 +139,8 @@ def _previous(repo: pygit2.Repository, summary: LineageSummary,
     return commit
 
 
-def _record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
+def record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
+    """Generation ``generation``'s observation as recorded (None: none, or unreadable)."""
     try:
         repo = pygit2.Repository(str(paths.observations), _NO_SEARCH)
         ref = repo.lookup_reference(f"refs/heads/{paths.observation_branch}").resolve()
@@ -149,10 +151,10 @@ def _record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
         name = formats.observation_path(generation).split("/", 1)[1]
         blob = repo.get(folder[name].id)
         assert isinstance(blob, pygit2.Blob)
-        record = json.loads(bytes(blob.data).decode("utf-8"))
+        found = json.loads(bytes(blob.data).decode("utf-8"))
     except (pygit2.GitError, KeyError, ValueError, OSError, AssertionError, UnicodeDecodeError):
         return None
-    return record if isinstance(record, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def _range(summary: LineageSummary) -> str:
@@ -184,7 +186,7 @@ def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> Gen
         journal_entry=journal_entry(journal, generation) if journal is not None else None,
         diff=diff_commits(repo, previous, commit),
         body=_text(repo, ran, ORGANISM_FILE),
-        record=_record(paths, generation),
+        record=record(paths, generation),
     )
 
 

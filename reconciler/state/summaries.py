@@ -41,6 +41,7 @@ import pygit2
 
 from reconciler.kernel import formats
 from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.state.ran_with import kernel_run
 
 __all__ = [
     "CACHE_DIR",
@@ -56,7 +57,7 @@ __all__ = [
     "totals_of",
 ]
 
-SUMMARY_SCHEMA = "ouro-lineage-summary/v2"
+SUMMARY_SCHEMA = "ouro-lineage-summary/v3"
 CACHE_DIR = ".summaries"
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
@@ -92,6 +93,13 @@ class GenerationRow:
     model: str | None
     lineage_commit: str
     observed: bool  # an observation of this generation was found
+    # added in v3 (docs/export.md: columns are only ever added at the end)
+    kernel_commit: str | None = None  # ran_with's kernel commit (None: not recorded)
+    kernel_fingerprint: str | None = None
+    ran_with: str | None = None  # recorded | not-recorded | malformed (None: no observation)
+    truncated_calls: int | None = None  # model calls whose reply was cut off
+    stops_lineage: bool | None = None  # its provider_failure is final (stops the lineage)
+    usage_exceeds_request: bool | None = None  # the observation flags impossible usage
 
 
 COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(GenerationRow))
@@ -210,6 +218,8 @@ _UNOBSERVED: dict[str, Any] = {
     "model_calls": None, "tokens_in": None, "tokens_out": None, "spend_usd": None,
     "cpu_seconds": None, "memory_peak_bytes": None, "wall_seconds": None,
     "started_at": None, "provider": None, "model": None, "observed": False,
+    "kernel_commit": None, "kernel_fingerprint": None, "ran_with": None,
+    "truncated_calls": None, "stops_lineage": None, "usage_exceeds_request": None,
 }
 
 
@@ -223,6 +233,8 @@ def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
     died = outcome is not None and formats.status_of_outcome(outcome) == "died"
     cpu = _int(record.get("cpu_usage_nsec"))
     wall = _int(record.get("duration_ms"))
+    run = kernel_run(record)
+    failure = record.get("provider_failure")
     return {
         "outcome": outcome,
         "death_cause": outcome if died else None,
@@ -239,6 +251,13 @@ def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
         "provider": _str(record.get("provider")),
         "model": _str(record.get("model")),
         "observed": True,
+        "kernel_commit": run.commit, "kernel_fingerprint": run.fingerprint,
+        "ran_with": run.status,
+        "truncated_calls": sum(1 for call in calls
+                               if isinstance(call, dict) and call.get("truncated") is True),
+        "stops_lineage": (failure.get("stops_lineage") is True
+                          if isinstance(failure, dict) else False),
+        "usage_exceeds_request": record.get("usage_exceeds_request") is True,
     }
 
 

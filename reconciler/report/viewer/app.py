@@ -32,9 +32,12 @@ from starlette.templating import Jinja2Templates
 from reconciler.errors import OuroError
 from reconciler.kernel.config import LineagePaths
 from reconciler.report.history import outcome_of
+from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.report.viewer import pages
 from reconciler.report.viewer.plots import PLOTS, render_svg
+from reconciler.spec.models import ModelSpec
 from reconciler.state import history
+from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
 
 __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "create_app", "new_token"]
@@ -60,10 +63,22 @@ def new_token() -> str:
 
 @dataclass(frozen=True)
 class Shown:
-    """A lineage the viewer shows: its places and, when a spec names it, its target."""
+    """A lineage the viewer shows: its places and, when a spec names it, its target and
+    model (whose ``max_failed_generations`` and key say when apply stops it)."""
 
     paths: LineagePaths
     desired: int | None
+    model: ModelSpec | None = None
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the pages show of a lineage at one pair of heads: its summary, the kernel it
+    was born under, and why apply stops it (if it does)."""
+
+    summary: LineageSummary
+    born: BornUnder | None
+    stop: Stopped | None
 
 
 class FleetSource:
@@ -74,7 +89,7 @@ class FleetSource:
         self._find, self._fixed = find, fixed
         self._known: dict[str, Shown] | None = None
         self._lock = threading.Lock()
-        self._summaries: dict[str, LineageSummary] = {}
+        self._known_at: dict[str, Known] = {}
         self.cache_dir: Path | None = None
 
     def lineages(self) -> dict[str, Shown]:
@@ -83,17 +98,23 @@ class FleetSource:
         self._known = self._find()
         return self._known
 
-    def summary(self, name: str, shown: Shown) -> LineageSummary:
-        """The lineage's summary; kept in memory while its heads stay the same."""
+    def known(self, name: str, shown: Shown) -> Known:
+        """The lineage's summary, kernel and stop; kept in memory while its heads stay."""
         now = heads(shown.paths)
         with self._lock:
-            kept = self._summaries.get(name)
-        if kept is not None and (kept.lineage_head, kept.observation_head) == now:
+            kept = self._known_at.get(name)
+        if kept is not None and (kept.summary.lineage_head,
+                                 kept.summary.observation_head) == now:
             return kept
-        fresh = summarize(shown.paths, self.cache_dir)
+        summary = summarize(shown.paths, self.cache_dir)
+        fresh = Known(summary, born_under(shown.paths),
+                      lineage_stop(shown.paths, summary, shown.model))
         with self._lock:
-            self._summaries[name] = fresh
+            self._known_at[name] = fresh
         return fresh
+
+    def summary(self, name: str, shown: Shown) -> LineageSummary:
+        return self.known(name, shown).summary
 
     def heads_json(self) -> str:
         found = {name: list(heads(shown.paths)) for name, shown in self.lineages().items()}
@@ -109,7 +130,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters.update(outcome=outcome_of, size=pages.size, number=pages.number,
-                               diffstat=pages.diffstat)
+                               diffstat=pages.diffstat, short=pages.short)
     environment.globals["static"] = lambda name: f"/static/{quote(name)}"
     return environment
 
@@ -142,6 +163,15 @@ class _Guard(BaseHTTPMiddleware):
         return response
 
 
+def _fleet_lines(source: FleetSource) -> list[pages.FleetLine]:
+    lines = []
+    for name, shown in source.lineages().items():
+        known = source.known(name, shown)
+        lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
+                                      known.born))
+    return lines
+
+
 def create_app(source: FleetSource, token: str,
                hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1")) -> Starlette:
     """The viewer over ``source``, answering only requests that carry ``token``."""
@@ -162,25 +192,24 @@ def create_app(source: FleetSource, token: str,
         return (name, shown) if shown is not None else None
 
     def fleet_page(request: Request) -> Response:
-        found = source.lineages()
-        lines = [pages.fleet_line(name, source.summary(name, shown), shown.desired)
-                 for name, shown in found.items()]
-        return page(request, "fleet.html", {"lines": lines})
+        return page(request, "fleet.html", {"lines": _fleet_lines(source)})
 
     def lineage_page(request: Request) -> Response:
         chosen = lineage(request)
         if chosen is None:
             return missing(request, "no such lineage here")
         name, shown = chosen
-        summary = source.summary(name, shown)
-        return page(request, "lineage.html", pages.lineage_context(name, summary))
+        known = source.known(name, shown)
+        return page(request, "lineage.html",
+                    pages.lineage_context(name, known.summary, known.born, known.stop))
 
     def generation_page(request: Request) -> Response:
         chosen = lineage(request)
         if chosen is None:
             return missing(request, "no such lineage here")
         name, shown = chosen
-        summary = source.summary(name, shown)
+        known = source.known(name, shown)
+        summary = known.summary
         number = int(request.path_params["number"])
         try:
             detail = history.detail(shown.paths, summary, number)
@@ -188,7 +217,8 @@ def create_app(source: FleetSource, token: str,
             return missing(request, str(error))
         full = request.query_params.get("full") == "1"
         return page(request, "generation.html",
-                    pages.generation_context(name, summary, detail, full=full))
+                    pages.generation_context(name, summary, detail, full=full,
+                                             born=known.born))
 
     def plot_image(request: Request) -> Response:
         chosen = lineage(request)

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from reconciler.report.calls import call_stops, failure_of
 from reconciler.report.history import outcome_of
+from reconciler.report.stops import Stopped
 from reconciler.report.viewer.plots import PLOTS
 from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = ["Bounded", "FleetLine", "diff_lines", "fleet_line", "generation_context",
@@ -43,6 +46,26 @@ def diffstat(row: GenerationRow) -> str:
     return f"+{row.organism_added}/-{row.organism_deleted}{paths}"
 
 
+def short(value: str | None) -> str:
+    """A commit or fingerprint shortened for a table (the whole value goes in a title)."""
+    if value is None:
+        return "—"
+    return value[:12] if len(value) > 12 else value
+
+
+def kernel_cell(row: GenerationRow, born: BornUnder | None) -> tuple[str, str]:
+    """A timeline row's kernel (text, CSS class): its short commit, or why there is none."""
+    if row.ran_with is None:
+        return "—", ""
+    if row.ran_with == NOT_RECORDED:
+        return "not recorded", "unrecorded"
+    how = differs(born, row.kernel_commit, row.kernel_fingerprint)
+    text = short(row.kernel_commit)
+    if how is not None:
+        return f"{text} (differs: {how})", "foreign"
+    return (f"{text} (malformed)", "malformed") if row.ran_with == MALFORMED else (text, "")
+
+
 def lineage_href(name: str) -> str:
     return "/lineage/" + quote(name, safe="")
 
@@ -58,14 +81,28 @@ class FleetLine:
     summary: LineageSummary
     desired: int | None
     last: str
+    stop: Stopped | None = None
+    foreign: int = 0  # generations whose recorded kernel differs from the born-under one
 
 
-def fleet_line(name: str, summary: LineageSummary, desired: int | None) -> FleetLine:
+def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[GenerationRow, str]]:
+    found = []
+    for row in summary.rows:
+        how = differs(born, row.kernel_commit, row.kernel_fingerprint)
+        if how is not None:
+            found.append((row, how))
+    return found
+
+
+def fleet_line(name: str, summary: LineageSummary, desired: int | None,
+               stop: Stopped | None = None, born: BornUnder | None = None) -> FleetLine:
     last = outcome_of(summary.rows[-1]) if summary.rows else "—"
-    return FleetLine(name, lineage_href(name), summary, desired, last)
+    return FleetLine(name, lineage_href(name), summary, desired, last, stop,
+                     len(_foreign(summary, born)))
 
 
-def lineage_context(name: str, summary: LineageSummary) -> dict[str, Any]:
+def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None = None,
+                    stop: Stopped | None = None) -> dict[str, Any]:
     base = lineage_href(name)
     plots = [{"src": f"/plot/{quote(name, safe='')}/{plot.name}.svg", "title": plot.title}
              for plot in PLOTS.values()]
@@ -74,6 +111,12 @@ def lineage_context(name: str, summary: LineageSummary) -> dict[str, Any]:
         "name": name, "summary": summary, "plots": plots, "edits": edits,
         "deaths": [row for row in summary.rows if row.status == "died"],
         "gen_href": lambda generation: f"{base}/gen/{int(generation)}",
+        "born": born, "stop": stop, "foreign": _foreign(summary, born),
+        "unrecorded": sum(1 for row in summary.rows if row.ran_with == NOT_RECORDED),
+        "malformed": [row for row in summary.rows if row.ran_with == MALFORMED],
+        "truncated": [row for row in summary.rows if row.truncated_calls],
+        "stopping": [row for row in summary.rows if row.stops_lineage],
+        "kernel_cell": lambda row: kernel_cell(row, born),
     }
 
 
@@ -116,22 +159,30 @@ def _file(item: FileDiff) -> dict[str, Any]:
             "binary": item.binary, "lines": diff_lines(item.patch)}
 
 
+def _calls(record: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    raw = record.get("model_calls")
+    dicts = [call for call in raw if isinstance(call, dict)] if isinstance(raw, list) else []
+    return [{
+        "index": call.get("request_index", "?"), "http_status": call.get("http_status"),
+        "error": call.get("error"), "reserved": call.get("reserved_usd"),
+        "accounted": call.get("accounted_usd"), "stop": stop,
+        "prompt": _bounded(call.get("prompt"), limit),
+        "reply": _bounded(call.get("response"), limit),
+    } for call, stop in zip(dicts, call_stops(record), strict=True)]
+
+
+def _kernel(detail: GenerationDetail, born: BornUnder | None) -> dict[str, Any]:
+    run = kernel_run(detail.record)
+    return {"kernel": run, "born": born, "observed": detail.record is not None,
+            "kernel_differs": differs(born, run.commit, run.fingerprint)}
+
+
 def generation_context(name: str, summary: LineageSummary, detail: GenerationDetail, *,
-                       full: bool = False) -> dict[str, Any]:
+                       full: bool = False, born: BornUnder | None = None) -> dict[str, Any]:
     row = detail.row
     record = detail.record or {}
     limit = 1 << 62 if full else TEXT_CHARS
-    calls = []
-    for call in record.get("model_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        calls.append({
-            "index": call.get("request_index", "?"), "http_status": call.get("http_status"),
-            "error": call.get("error"), "reserved": call.get("reserved_usd"),
-            "accounted": call.get("accounted_usd"),
-            "prompt": _bounded(call.get("prompt"), limit),
-            "reply": _bounded(call.get("response"), limit),
-        })
+    calls = _calls(record, limit)
     tail = record.get("stderr_tail")
     if isinstance(tail, list):
         tail = "\n".join(str(line) for line in tail)
@@ -148,6 +199,9 @@ def generation_context(name: str, summary: LineageSummary, detail: GenerationDet
         "body": _bounded(detail.body, 1 << 62 if full else BODY_CHARS),
         "files": [_file(item) for item in detail.diff],
         "calls": calls,
+        "failure": failure_of(detail.record),
+        "usage_exceeds_request": record.get("usage_exceeds_request") is True,
+        **_kernel(detail, born),
         "ceilings": (json.dumps(constraints, indent=2, ensure_ascii=False)
                      if constraints else None),
     }

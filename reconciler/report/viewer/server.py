@@ -24,7 +24,8 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
     def find() -> dict[str, Shown]:
-        return {item.name: Shown(item.paths, item.desired) for item in fleet(specs, state_dir)}
+        return {item.name: Shown(item.paths, item.desired, item.model)
+                for item in fleet(specs, state_dir)}
 
     source = FleetSource(find, fixed=bool(specs))
     source.cache_dir = summary_cache_dir(state_dir)
