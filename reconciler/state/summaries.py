@@ -59,6 +59,7 @@ __all__ = [
 
 SUMMARY_SCHEMA = "ouro-lineage-summary/v3"
 CACHE_DIR = ".summaries"
+MAX_CODE = 200  # a model failure's code beyond this is cut (a foreign record may hold anything)
 _NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 
@@ -184,11 +185,11 @@ def _model_failure(record: Mapping[str, Any], calls: Sequence[Any]) -> str | Non
     when no call succeeded."""
     failure = record.get("provider_failure")
     if isinstance(failure, str) and failure:
-        return failure
+        return failure[:MAX_CODE]
     if isinstance(failure, dict):
         for key in ("code", "kind", "error", "class"):
             if isinstance(failure.get(key), str):
-                return str(failure[key])
+                return str(failure[key])[:MAX_CODE]
         return "provider_failure"
     dicts = [call for call in calls if isinstance(call, dict)]
     if not dicts or any(call.get("http_status") == 200 for call in dicts):
@@ -196,7 +197,7 @@ def _model_failure(record: Mapping[str, Any], calls: Sequence[Any]) -> str | Non
     for call in dicts:
         error = call.get("error")
         if isinstance(error, str) and error:
-            return error
+            return error[:MAX_CODE]
         status = _int(call.get("http_status"))
         if status is not None:
             return f"http_{status}"

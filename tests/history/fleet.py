@@ -9,22 +9,41 @@ providers), under one temporary state dir:
   dies (exit 255), generation 6 finds the replies exhausted (a model failure);
 - ``hostile``: an organism whose file names, journal (through its stderr) and
   stderr hold ``<script>``, ``<img onerror>`` and ``javascript:`` text; its
-  third life dies printing them.
+  third life dies printing them. Then a foreign write (a commit on its
+  observation branch that no kernel made) rewrites generation 1's observation
+  with hostile ``ran_with`` fields (another kernel), a hostile provider failure
+  message and a hostile stop reason;
+- ``cut``: the seed organism against a loopback Anthropic (tests.fakes): its
+  first reply is cut off at ``max_tokens`` (a truncated call), its second
+  carries a hostile ``stop_reason``, its third is a 401 whose error text is
+  hostile (a final provider failure: apply stops the lineage after gen 3).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pygit2
 import pytest
 
+from reconciler.kernel import formats
 from reconciler.kernel.config import LineagePaths
 from reconciler.spec.load import default_places
 from tests.apply.helpers import REPO_ROOT, run_ouro, write_replies, write_spec
+from tests.fakes.provider_server import (
+    FakeProvider,
+    Handler,
+    Reply,
+    Seen,
+    anthropic_error,
+    anthropic_models,
+    anthropic_ok,
+)
 
 HOSTILE_NAMES = (
     "<script>window.__ouro_pwned=1<script>.txt",
@@ -53,6 +72,77 @@ HOSTILE_BODY = (
     "      (with-temp-file (expand-file-name name \"/work\")\n"
     "        (insert \"<script>window.__ouro_pwned=7</script>\\n\")))))\n"
 )
+
+
+# What a provider (cut) and a foreign writer (hostile gen 1) put where the viewer shows it.
+HOSTILE_STOP = "<script>window.__ouro_pwned=10</script>"
+HOSTILE_DETAIL = "<img src=x onerror=window.__ouro_pwned=11>"
+FORGED_KERNEL = "<script>window.__ouro_pwned=12</script>"
+FORGED_FINGERPRINT = "<img src=x onerror=window.__ouro_pwned=13>"
+FORGED_VERSION = "javascript:window.__ouro_pwned=14"
+FORGED_MESSAGE = "<img src=x onerror=window.__ouro_pwned=15> model unavailable"
+FORGED_STOP = '"><script>window.__ouro_pwned=16</script>'
+CUT_KEY_VARIABLE = "OURO_FLEET_CUT_KEY"
+SEED_TEXT = (REPO_ROOT / "reconciler" / "kernel" / "organism.el").read_text()
+
+
+def _cut_handler() -> Handler:
+    """GET: the model list; POST n: a cut-off reply, a hostile stop reason, then a 401."""
+    posts: list[int] = []
+
+    def handler(seen: Seen, number: int) -> Reply:
+        del number
+        if seen.method == "GET":
+            return anthropic_models()
+        posts.append(1)
+        if len(posts) == 1:
+            reply = anthropic_ok("(message \"half a bo", output_tokens=12000)
+            return Reply(json={**reply.json, "stop_reason": "max_tokens"}, headers=reply.headers)
+        if len(posts) == 2:
+            reply = anthropic_ok(SEED_TEXT, output_tokens=900)
+            return Reply(json={**reply.json, "stop_reason": HOSTILE_STOP},
+                         headers=reply.headers)
+        return anthropic_error(401, "authentication_error", HOSTILE_DETAIL)
+
+    return handler
+
+
+def _grow_cut(root: Path, specs: Path, env: dict[str, str]) -> None:
+    with FakeProvider(_cut_handler()) as fake:
+        spec = write_spec(specs, "cut", 3, provider="anthropic", extra_model=(
+            f"name: claude-opus-4-8\nbase_url: {fake.url}\nbudget_usd: \"2.00\"\n"
+            f"api_key_env: {CUT_KEY_VARIABLE}\n"))
+        result = run_ouro("apply", "--yes", str(spec),
+                          env={**env, CUT_KEY_VARIABLE: "sk-fleet-cut-0123456789abcdef"},
+                          timeout=600)
+    # the 401 is final: apply stops the lineage after gen 3 and says so (exit 1)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "stopped after gen 3" in result.stdout + result.stderr, result.stderr
+
+
+def _forge(paths: LineagePaths) -> None:
+    """A foreign write: generation 1's observation rewritten by no kernel, committed on the
+    observation branch as a human's `git commit` would."""
+    repo = pygit2.Repository(str(paths.observations))
+    name = formats.observation_path(1)
+    record = json.loads((paths.observations / name).read_text())
+    record["ran_with"] = {
+        "kernel": {"commit": FORGED_KERNEL, "fingerprint": FORGED_FINGERPRINT,
+                   "source": FORGED_VERSION},
+        "control_plane": {"ouro_version": FORGED_VERSION, "ouro_commit": FORGED_KERNEL},
+        "versions": {"emacs": FORGED_VERSION, "bubblewrap": FORGED_FINGERPRINT},
+    }
+    record["provider_failure"] = {"code": "other", "http_status": 418, "retryable": False,
+                                  "every_call_failed": False, "stops_lineage": False,
+                                  "message": FORGED_MESSAGE}
+    for call in record["model_calls"]:
+        call.update(stop_reason=FORGED_STOP, error_detail=FORGED_MESSAGE)
+    (paths.observations / name).write_text(json.dumps(record, indent=2) + "\n")
+    repo.index.add(name)
+    repo.index.write()
+    who = pygit2.Signature("someone else", "someone@example.invalid")
+    repo.create_commit("HEAD", who, who, "edit gen 1 by hand\n", repo.index.write_tree(),
+                       [repo.head.target])
 
 
 @dataclass(frozen=True)
@@ -87,6 +177,8 @@ def build_fleet(root: Path) -> Fleet:
     replies = write_replies(root / "hostile-replies", [HOSTILE_BODY])
     hostile = write_spec(specs, "hostile", 3, provider="replay", replay=str(replies))
     _apply(env, story, hostile)
+    _forge(default_places(state / "hostile", "hostile"))
+    _grow_cut(root, specs, env)
     return Fleet(root, state, specs, env)
 
 

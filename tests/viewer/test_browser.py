@@ -10,7 +10,18 @@ from typing import Any
 import pytest
 
 from tests.apply.helpers import REPO_ROOT, run_ouro, write_spec
-from tests.history.fleet import HOSTILE_NAMES, HOSTILE_STDERR, Fleet
+from tests.history.fleet import (
+    FORGED_FINGERPRINT,
+    FORGED_KERNEL,
+    FORGED_MESSAGE,
+    FORGED_STOP,
+    FORGED_VERSION,
+    HOSTILE_DETAIL,
+    HOSTILE_NAMES,
+    HOSTILE_STDERR,
+    HOSTILE_STOP,
+    Fleet,
+)
 from tests.viewer.browser import (
     Viewer,
     chromium,
@@ -39,12 +50,39 @@ def test_the_fleet_page_lists_the_lineages(browser: Any, fleet_viewer: Viewer) -
     _open(browser, fleet_viewer, "/")
     rows = _css(browser, "table.fleet tr.lineage")
     names = [row.find_elements("css selector", "td")[0].text for row in rows]
-    assert names == ["scribe", "quiet", "hostile", "story"]  # spec files in name order
+    assert names == ["cut", "scribe", "quiet", "hostile", "story"]  # spec files in name order
     cells = {row.find_elements("css selector", "td")[0].text:
              [td.text for td in row.find_elements("css selector", "td")] for row in rows}
     assert cells["story"][1].startswith("6 / 6") and cells["story"][4] == "1"
     assert cells["scribe"][1].startswith("5 / 5")
     assert cells["story"][5] == "1"  # one model failure
+    assert cells["cut"][8] == "after gen 3: auth"  # the final 401 stopped it
+    assert cells["hostile"][8] == "1 under another kernel"  # the foreign write
+
+
+def test_a_generation_page_shows_its_kernel_and_a_truncated_reply(
+        browser: Any, fleet_viewer: Viewer, grown_fleet: Fleet, tmp_path: Path) -> None:
+    import json
+
+    born = json.loads((grown_fleet.state / "cut.observations" / "metadata.json").read_text())
+    _open(browser, fleet_viewer, "/lineage/cut/gen/1")
+    [commit] = _css(browser, "code.kernel-commit")
+    assert commit.text == born["instrument_commit"][:12]
+    assert commit.get_attribute("title") == born["instrument_commit"]
+    assert _css(browser, "code.kernel-fingerprint")[0].text == born["instrument_fingerprint"]
+    assert _css(browser, "dd.kernel-source")[0].text == "running"
+    assert "GNU Emacs" in _css(browser, "dd.versions")[0].text
+    assert not _css(browser, "dd.foreign")
+    [stop] = _css(browser, "code.stop-reason")
+    assert stop.text == "max_tokens"
+    [cut] = _css(browser, "strong.truncated")
+    assert cut.is_displayed() and cut.text == "TRUNCATED"
+    shot = tmp_path / "truncated-cut-1.png"
+    browser.save_screenshot(str(shot))
+    save_artifact(shot, shot.name)
+    _open(browser, fleet_viewer, "/lineage/cut")
+    assert "stopped after gen 3 (auth)" in _css(browser, "p.stopped")[0].text
+    assert "fingerprint " + born["instrument_fingerprint"] in _css(browser, "dd.born")[0].text
 
 
 def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewer,
@@ -92,7 +130,8 @@ def test_a_death_page_shows_the_lethal_body(browser: Any, fleet_viewer: Viewer,
 
 
 @pytest.mark.parametrize("path", ["/", "/lineage/hostile", "/lineage/hostile/gen/1",
-                                  "/lineage/hostile/gen/2", "/lineage/hostile/gen/3"])
+                                  "/lineage/hostile/gen/2", "/lineage/hostile/gen/3",
+                                  "/lineage/cut", "/lineage/cut/gen/2", "/lineage/cut/gen/3"])
 def test_hostile_text_executes_nothing(browser: Any, fleet_viewer: Viewer, path: str) -> None:
     _open(browser, fleet_viewer, path)
     assert browser.execute_script("return document.documentElement.dataset.ouroLive") == "1"
@@ -102,12 +141,21 @@ def test_hostile_text_executes_nothing(browser: Any, fleet_viewer: Viewer, path:
     assert not [e for e in _css(browser, "script")
                 if not (e.get_attribute("src") or "").endswith("/static/refresh.js")]
     text = browser.execute_script("return document.body.textContent")
-    if path.endswith("/gen/2"):  # the generation that wrote the hostile files
+    if path.endswith("hostile/gen/2"):  # the generation that wrote the hostile files
         for name in HOSTILE_NAMES:
             assert name in text
-    if path.endswith("/gen/3"):  # the death that printed hostile text
+    if path.endswith("hostile/gen/3"):  # the death that printed hostile text
         for line in HOSTILE_STDERR:
             assert line in text
+    if path.endswith("hostile/gen/1"):  # the foreign write: ran_with, failure, stop reason
+        for forged in (FORGED_FINGERPRINT, FORGED_VERSION, FORGED_MESSAGE, FORGED_STOP,
+                       FORGED_KERNEL[:12]):
+            assert forged in text, forged
+        assert "differs from the one its lineage was born under" in text
+    if path.endswith("cut/gen/2"):  # a provider's stop reason
+        assert HOSTILE_STOP in text
+    if path.endswith("cut/gen/3"):  # a provider's error text
+        assert HOSTILE_DETAIL in text
 
 
 @pytest.mark.parametrize("token", [None, "wrong", ""], ids=["none", "wrong", "empty"])
