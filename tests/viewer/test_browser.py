@@ -58,6 +58,7 @@ def test_the_fleet_page_lists_the_lineages(browser: Any, fleet_viewer: Viewer) -
     assert cells["story"][5] == "1"  # one model failure
     assert cells["cut"][8] == "after gen 3: auth"  # the final 401 stopped it
     assert cells["hostile"][8] == "1 under another kernel"  # the foreign write
+    assert cells["story"][8] == "1 failed in a row"  # replays exhausted: not yet K of them
 
 
 def test_a_generation_page_shows_its_kernel_and_a_truncated_reply(

@@ -213,6 +213,16 @@ def test_a_run_of_failed_generations_stops_only_at_the_specs_k(tmp_path: Path) -
     assert "stopped after" not in unknown and "not known here" in unknown
 
 
+def test_impossible_usage_stops_the_lineage(tmp_path: Path) -> None:
+    builder = LineageBuilder(tmp_path, "liar")
+    _gen(builder, calls=[_call(usage_exceeds_request=True)], usage_exceeds_request=True)
+    client = _client({"liar": Shown(builder.paths, 4)}, tmp_path)
+    lineage = _get(client, "/lineage/liar")
+    assert "stopped after gen 1 (usage-exceeds-request)" in lineage
+    assert "after gen 1: usage-exceeds-request" in _get(client, "/")
+    assert summarize(builder.paths).rows[0].usage_exceeds_request is True
+
+
 @pytest.mark.parametrize("failure", ["auth", ["auth"], {"code": ["auth"], "stops_lineage": True},
                                      {"code": "auth" * 100_000, "stops_lineage": True,
                                       "message": 5}])
