@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pygit2
@@ -120,7 +121,7 @@ def kernel_run(record: Mapping[str, Any] | None) -> KernelRun:
         versions=_versions(value.get("versions"), problems),
     )
     if problems:
-        return KernelRun(**{**run.__dict__, "status": MALFORMED, "problem": "; ".join(problems)})
+        return replace(run, status=MALFORMED, problem="; ".join(problems))
     return run
 
 
@@ -152,7 +153,7 @@ def born_under(paths: LineagePaths) -> BornUnder | None:
     return None
 
 
-def _metadata(place: Any, flags: pygit2.enums.RepositoryOpenFlag, branch: str,
+def _metadata(place: Path, flags: pygit2.enums.RepositoryOpenFlag, branch: str,
               name: str) -> dict[str, Any] | None:
     try:
         repo = pygit2.Repository(str(place), flags)
