@@ -249,3 +249,26 @@ def test_kernel_run_reads_only_the_recorded_types() -> None:
     assert dict(run.versions)["emacs"] == "GNU Emacs 28.2"
     odd = kernel_run({"ran_with": {**RAN_WITH, "versions": {"emacs": 28}}})
     assert odd.status == MALFORMED and "version of emacs is a number" in (odd.problem or "")
+
+
+def test_the_original_instruments_lineage_records_no_kernel(
+        original_lineage: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The original instrument wrote no ``ran_with`` and no stop reasons: "not recorded",
+    and its born-under kernel from its own metadata."""
+    state = original_lineage.parent
+    monkeypatch.setenv("OURO_STATE_DIR", str(state))
+    from reconciler.state.fleet import find_lineages
+
+    [found] = find_lineages(["fixture"], [], state)
+    summary = summarize(found.paths)
+    assert summary.generations > 0
+    assert {row.ran_with for row in summary.rows if row.observed} == {NOT_RECORDED}
+    client = _client({"fixture": Shown(found.paths, None)}, state / "viewer")
+    lineage = _get(client, "/lineage/fixture")
+    assert "without a recorded kernel" in lineage and "Generations under another" not in lineage
+    for number in range(1, summary.generations + 1):
+        page = _get(client, f"/lineage/fixture/gen/{number}")
+        assert "not recorded" in page
+        text = _show(monkeypatch, capsys, "fixture", str(number))
+        assert "ran with: not recorded" in text and "DIFFERS" not in text
