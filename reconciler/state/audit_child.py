@@ -1,7 +1,10 @@
 """The audit's child process: ``python -m reconciler.state.audit_child``.
 
 Rule: reads ONE job (JSON) from stdin, audits each lineage with
-``reconciler.state.audit`` (pure reading), writes ONE JSON report to stdout, exits 0.
+``reconciler.state.audit`` (pure reading of the repositories), writes ONE JSON
+report to stdout, exits 0. With the job's ``record_dir``, each audit resumes
+from and updates the lineage's verdict record (``reconciler.state.audit_record``),
+the one file it writes.
 Nothing else ever reaches stdout: while the audit runs, ``sys.stdout`` points at
 stderr, so a stray print cannot corrupt the report. The report carries no paths
 and no messages: codes, lineage names, generation numbers, counts, durations,
