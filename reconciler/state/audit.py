@@ -39,7 +39,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -58,6 +58,12 @@ from reconciler.kernel.config import (
     LineagePaths,
 )
 from reconciler.kernel.identity import OBJECT_ID
+from reconciler.state.audit_objects import (
+    ObjectStore,
+    readable,
+    unreadable_reachable,
+    unreadable_since,
+)
 
 __all__ = [
     "CODES",
@@ -727,138 +733,42 @@ class _Audit:
             return False
         try:
             oid = pygit2.Oid(hex=named)
-            if not isinstance(repo.get(oid), pygit2.Commit):
+            if not isinstance(readable(repo, oid), pygit2.Commit):
                 return False
             return oid == head or bool(repo.descendant_of(head, oid))
         except (ValueError, KeyError, pygit2.GitError):
             return False
 
 
-def _reachable_unreadable(repo: pygit2.Repository, head: pygit2.Oid,
-                          folders: _Prefixes | None = None) -> int:
-    """Read every object reachable from ``head`` -- all parents, trees and blobs -- once
-    each, and count those that cannot be read. libgit2 inflates each object and checks
-    its hash against its id, so a corrupt or missing object is found as ``git fsck`` finds
-    it. Iterative (history and trees may be deep); memory is the set of ids seen.
-
-    Linear in entries: a version of the observations' ``generations/`` (``folders``)
-    whose bytes are a prefix of the newest one is read whole (checked) but its entries
-    are not walked again: they are the newest version's first entries, walked once.
-    """
-    seen: set[pygit2.Oid] = set()
-    stack: list[tuple[pygit2.Oid, bool]] = [(head, False)]
-    unreadable = 0
-    while stack:
-        oid, root = stack.pop()
-        if oid in seen:
-            continue
-        seen.add(oid)
-        try:
-            item = repo.get(oid)
-        except (pygit2.GitError, ValueError, KeyError, OSError):
-            item = None
-        if item is None:
-            unreadable += 1
-        elif isinstance(item, pygit2.Commit):
-            stack.extend((parent, False) for parent in item.parent_ids)
-            stack.append((item.tree_id, True))
-        elif isinstance(item, pygit2.Tree):
-            for entry in item:
-                if entry.filemode == pygit2.GIT_FILEMODE_COMMIT:
-                    continue
-                if (root and folders is not None and entry.name == formats.GENERATIONS_DIR
-                        and entry.id != folders.final_id and entry.id not in seen
-                        and folders.length(entry.id) is not None):
-                    seen.add(entry.id)
-                    unreadable += not _inflates(repo, entry.id)
-                    continue
-                stack.append((entry.id, False))
-    return unreadable
-
-
-def _unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: str) -> int:
-    """The objects reachable from ``head`` but not from ``audited`` (whose every object an
-    earlier audit read), each read once; counts those that cannot be read.
-
-    Linear in what is new: a commit not reachable from ``audited`` is read, and its tree
-    only where it differs from its first parent's (an entry equal to the parent's is
-    reachable from the parent: read by the earlier audit, or by this walk, which reaches
-    every new commit). A root commit's tree is read whole.
-    """
-    try:
-        walker = repo.walk(head)
-        walker.hide(pygit2.Oid(hex=audited))
-        commits = [(commit.id, commit.tree_id, commit.parent_ids[:1]) for commit in walker]
-    except (pygit2.GitError, ValueError, KeyError, OSError):
-        return 1  # a commit on the way cannot be read
-    seen: set[pygit2.Oid] = set()
-    unreadable = 0
-    for oid, tree_id, first in commits:
-        unreadable += not _inflates(repo, oid)
-        base = None
-        if first:
-            parent = _readable(repo, first[0])
-            base = parent.tree_id if isinstance(parent, pygit2.Commit) else None
-        unreadable += _tree_changes_unreadable(repo, tree_id, base, seen)
-    return unreadable
-
-
-def _readable(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Object | None:
-    try:
-        return repo.get(oid)
-    except (pygit2.GitError, ValueError, KeyError, OSError):
-        return None
-
-
-def _tree_changes_unreadable(repo: pygit2.Repository, tree_id: pygit2.Oid,
-                             base_id: pygit2.Oid | None, seen: set[pygit2.Oid]) -> int:
-    """Read the tree ``tree_id`` and what in it differs from ``base_id`` (None: all of it)."""
-    unreadable = 0
-    stack: list[tuple[pygit2.Oid, pygit2.Oid | None]] = [(tree_id, base_id)]
-    while stack:
-        oid, base = stack.pop()
-        if oid == base or oid in seen:
-            continue
-        seen.add(oid)
-        tree = _readable(repo, oid)
-        if not isinstance(tree, pygit2.Tree):
-            unreadable += 1
-            continue
-        earlier = _readable(repo, base) if base is not None else None
-        before = ({entry.name: entry.id for entry in earlier}
-                  if isinstance(earlier, pygit2.Tree) else {})
-        for entry in tree:
-            if entry.filemode == pygit2.GIT_FILEMODE_COMMIT or before.get(entry.name) == entry.id:
-                continue
-            if entry.type_str == "tree":
-                stack.append((entry.id, before.get(entry.name)))
-            elif entry.id not in seen:
-                seen.add(entry.id)
-                unreadable += not _inflates(repo, entry.id)
-    return unreadable
-
-
-def _inflates(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
-    """The object reads whole (libgit2 inflates it and checks its hash)."""
-    try:
-        repo.odb.read(oid)
-    except (pygit2.GitError, ValueError, KeyError, OSError):
-        return False
-    return True
-
-
 def _newest_folder(repo: pygit2.Repository, head: pygit2.Oid) -> _Prefixes | None:
     """The observations' newest ``generations/``, to recognise its earlier versions."""
     try:
-        commit = repo.get(head)
-        if not isinstance(commit, pygit2.Commit):
+        commit = readable(repo, head)
+        if not isinstance(commit, pygit2.Commit) or not isinstance(
+                readable(repo, commit.tree_id), pygit2.Tree):
             return None
         folder = _tree_id(commit.tree, formats.GENERATIONS_DIR)
-        if folder is None:
+        loaded = ObjectStore(repo).load(folder.raw) if folder is not None else None
+        if folder is None or loaded is None:
             return None
-        return _Prefixes(repo, "tree", repo.odb.read(folder)[1], folder)
+        return _Prefixes(repo, "tree", loaded[1], folder)
     except (pygit2.GitError, ValueError, KeyError, OSError):
         return None
+
+
+def _folder_versions(folders: _Prefixes | None) -> Callable[[bytes, bytes], bool] | None:
+    """For the integrity pass: a version of the observations' ``generations/`` whose bytes
+    are a prefix of the newest one is read whole (checked) but its entries are not walked
+    again: they are the newest version's first entries, walked once."""
+    if folders is None:
+        return None
+    name, newest = formats.GENERATIONS_DIR.encode(), folders.final_id
+
+    def checked_whole(entry_name: bytes, entry: bytes) -> bool:
+        oid = pygit2.Oid(raw=entry)
+        return entry_name == name and oid != newest and folders.length(oid) is not None
+
+    return checked_whole
 
 
 def _objects(audit: _Audit) -> None:
@@ -880,18 +790,20 @@ def _objects(audit: _Audit) -> None:
         if head is None:
             continue
         if audited is not None:
-            if _unreadable_since(repo, head, audited):
+            if unreadable_since(repo, head, pygit2.Oid(hex=audited)):
                 audit.find("object-unreadable")
             continue
         folders = _newest_folder(repo, head) if observations else None
         if observations:
             audit.folders = folders
-        if _reachable_unreadable(repo, head, folders):
+        if unreadable_reachable(repo, head, _folder_versions(folders)):
             audit.find("object-unreadable")
 
 
 def _run(audit: _Audit) -> None:
     _objects(audit)
+    if audit.findings:  # an object that does not read whole: nothing else is judged
+        raise HistoryUnreadable("object-unreadable")
     repo, chain, metadata = audit.lineage()
     generations = audit.walk(repo, chain)
     audit.journal_headings(repo, chain[-1])

@@ -43,6 +43,7 @@ import pygit2
 
 from reconciler.kernel import formats, publish
 from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.identity import OBJECT_ID
 from reconciler.state import audit
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.summaries import cache_key
@@ -245,7 +246,8 @@ def _decode(data: bytes, paths: LineagePaths) -> Record | None:
     resume = Resume(*(header[key] for key in (
         "lineage_head", "lineage_commits", "generations", "observation_head",
         "observation_commits")))
-    if not (all(isinstance(v, str) for v in (resume.lineage_head, resume.observation_head))
+    if not (all(isinstance(v, str) and OBJECT_ID.match(v)
+                for v in (resume.lineage_head, resume.observation_head))
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (
                 resume.lineage_commits, resume.generations, resume.observation_commits))):
         return None

@@ -257,3 +257,70 @@ def test_ouro_verify_resumes_and_full_reads_all(tmp_path: Path) -> None:
             in second.stdout)
     full = run_ouro("verify", str(spec), "--full", "--json", env=env)
     assert full.returncode == 0 and '"resumed": 0' in full.stdout
+
+
+# ------------------------------------------------------------------ truncated loose objects
+# libgit2 1.9 loops forever reading a truncated loose object (libgit2#7342); the audit
+# reads loose objects itself first. Each case runs the real supervised child with a
+# timeout: a hang would be `unknown` (timed out), not the finding.
+
+
+def _truncate_object(path: Path, keep: Callable[[int], int]) -> None:
+    data = path.read_bytes()
+    path.chmod(0o644)
+    path.write_bytes(data[:keep(len(data))])
+
+
+CUTS = [(lambda n: 2, "two-bytes"), (lambda n: n // 2, "half"), (lambda n: n - 4, "no-adler")]
+
+
+@pytest.mark.parametrize("keep", [c[0] for c in CUTS], ids=[c[1] for c in CUTS])
+@pytest.mark.parametrize("where", ["journal", "observation", "head-commit"])
+def test_a_truncated_loose_object_is_a_finding_not_a_hang(
+    tmp_path: Path, keep: Callable[[int], int], where: str
+) -> None:
+    from reconciler.engine.verify import verify
+
+    lineage = sound(tmp_path)
+    obs_head = commit_of(lineage.observations, target(
+        lineage.observations.references[f"refs/heads/{lineage.paths.observation_branch}"]))
+    path = {
+        "journal": lambda: _object_path(
+            lineage, (lineage.repo[lineage.commits[2]].tree / "journal.md").id),
+        "observation": lambda: _object_path(
+            lineage, (obs_head.tree / "generations" / "0002.json").id, observations=True),
+        "head-commit": lambda: _object_path(lineage, lineage.head()),
+    }[where]()
+    _truncate_object(path, keep)
+    report = verify([(lineage.name, lineage.paths)], timeout=60)
+    assert report.outcome == "completed", report
+    assert [f.code for f in report.findings] == ["object-unreadable"]
+
+
+def test_a_truncated_new_object_after_a_record_is_a_finding(tmp_path: Path) -> None:
+    lineage = recorded(tmp_path)
+    oid = lineage.changed({"organism.el": b'(message "five")\n'})
+    _truncate_object(_object_path(lineage, (commit_of(lineage.repo, oid).tree
+                                            / "organism.el").id), lambda n: n // 2)
+    result = audit_recorded(lineage.paths, lineage.name, _records(tmp_path))
+    assert (result.resumed, [f.code for f in result.findings]) == (0, ["object-unreadable"])
+
+
+def test_the_object_store_reads_only_whole_objects(tmp_path: Path) -> None:
+    from reconciler.state.audit_objects import ObjectStore
+
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
+    oid = repo.create_blob(b"x" * 5000 + bytes(range(256)))
+    store = ObjectStore(repo)
+    assert store.load(oid.raw) == (b"blob", b"x" * 5000 + bytes(range(256)))
+    path = tmp_path / "r.git" / "objects" / str(oid)[:2] / str(oid)[2:]
+    honest = path.read_bytes()
+    path.chmod(0o644)
+    for damaged in (b"", honest[:2], honest[:-1], honest + b"garbage",
+                    zlib.compress(b"blob 3\0abc")):
+        path.write_bytes(damaged)
+        assert store.load(oid.raw) is None, damaged[:10]
+    path.unlink()
+    path.mkdir()
+    assert store.load(oid.raw) is None  # not a file
+    assert store.load(b"\x01" * 20) is None  # absent, not packed either
