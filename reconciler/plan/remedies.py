@@ -73,7 +73,8 @@ REMEDIES: Mapping[str, str] = {
     ),
     "damaged": (
         "repair the place it names: put the lineage's own worktree folder back in place of "
-        "the symlink; remove a branch lock if no git command is running on the lineage"
+        "the symlink; remove a branch lock if no git command is running on the lineage; "
+        "restore an object that does not read whole from a clone or a backup"
     ),
     "generation-running": (
         "let that generation finish (or stop its process), then plan again"

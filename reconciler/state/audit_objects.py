@@ -17,10 +17,14 @@ import hashlib
 import os
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pygit2
 
-__all__ = ["ObjectStore", "readable", "unreadable_reachable", "unreadable_since"]
+from reconciler.kernel.config import LineagePaths
+
+__all__ = ["ObjectStore", "damage_message", "newest_damage", "readable", "unreadable_newest",
+           "unreadable_reachable", "unreadable_since"]
 
 _GITLINK = 0o160000
 _TREE = 0o040000
@@ -31,12 +35,20 @@ _KINDS = {pygit2.enums.ObjectType.COMMIT: b"commit", pygit2.enums.ObjectType.TRE
 class ObjectStore:
     """One repository's objects, each read and checked whole (``load``)."""
 
-    def __init__(self, repo: pygit2.Repository) -> None:
+    def __init__(self, repo: pygit2.Repository, *, remember: bool = False) -> None:
         self.repo = repo
         self.objects = os.path.join(repo.path, "objects")
+        self.remembered: dict[bytes, tuple[bytes, bytes] | None] | None = {} if remember else None
 
     def load(self, oid: bytes) -> tuple[bytes, bytes] | None:
         """(kind, content), or None when the object is missing or does not read whole."""
+        if self.remembered is None:
+            return self._load(oid)
+        if oid not in self.remembered:
+            self.remembered[oid] = self._load(oid)
+        return self.remembered[oid]
+
+    def _load(self, oid: bytes) -> tuple[bytes, bytes] | None:
         hexid = oid.hex()
         try:
             with open(os.path.join(self.objects, hexid[:2], hexid[2:]), "rb") as handle:
@@ -110,9 +122,10 @@ def _tree_entries(content: bytes, width: int) -> Iterator[tuple[int, bytes, byte
 
 
 def unreadable_reachable(repo: pygit2.Repository, head: pygit2.Oid,
-                         checked_whole: Callable[[bytes, bytes], bool] | None = None) -> int:
+                         checked_whole: Callable[[bytes, bytes], bool] | None = None
+                         ) -> list[bytes]:
     """Read every object reachable from ``head`` -- all parents, trees and blobs -- once
-    each; count those that do not read whole.
+    each; the ids of those that do not read whole.
 
     ``checked_whole(name, id)``, for an entry of a commit's root tree: True when that
     tree needs only to read whole, its entries being walked elsewhere (a version of the
@@ -122,7 +135,7 @@ def unreadable_reachable(repo: pygit2.Repository, head: pygit2.Oid,
     width = len(head.raw)
     seen: set[bytes] = set()
     stack: list[tuple[bytes, bool]] = [(head.raw, False)]
-    unreadable = 0
+    unreadable: list[bytes] = []
     while stack:
         oid, root = stack.pop()
         if oid in seen:
@@ -130,7 +143,7 @@ def unreadable_reachable(repo: pygit2.Repository, head: pygit2.Oid,
         seen.add(oid)
         loaded = store.load(oid)
         if loaded is None:
-            unreadable += 1
+            unreadable.append(oid)
             continue
         kind, content = loaded
         try:
@@ -144,17 +157,19 @@ def unreadable_reachable(repo: pygit2.Repository, head: pygit2.Oid,
                         continue
                     if root and checked_whole is not None and checked_whole(name, entry):
                         seen.add(entry)
-                        unreadable += store.load(entry) is None
+                        if store.load(entry) is None:
+                            unreadable.append(entry)
                         continue
                     stack.append((entry, False))
         except ValueError:  # it hashes to its id, but git could not parse it either
-            unreadable += 1
+            unreadable.append(oid)
     return unreadable
 
 
-def unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: pygit2.Oid) -> int:
+def unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: pygit2.Oid,
+                     store: ObjectStore | None = None) -> list[bytes]:
     """The objects reachable from ``head`` but not from ``audited`` (whose every object an
-    earlier audit read), each read once; counts those that do not read whole.
+    earlier audit read), each read once; the ids of those that do not read whole.
 
     Linear in what is new: a commit not reachable from ``audited`` is read, and its tree
     only where it differs from its first parent's (an entry equal to the parent's is
@@ -162,11 +177,11 @@ def unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: pygit2.
     every new commit). A root commit's tree is read whole. The walk stops at ``audited``;
     at a merge, at any commit of ``audited``'s first-parent history.
     """
-    store = ObjectStore(repo)
+    store = store or ObjectStore(repo)
     width = len(head.raw)
     old = {audited.raw}
     seen: set[bytes] = set()
-    unreadable = 0
+    unreadable: list[bytes] = []
     stack = [head.raw]
     while stack:
         oid = stack.pop()
@@ -188,7 +203,7 @@ def unreadable_since(repo: pygit2.Repository, head: pygit2.Oid, audited: pygit2.
                     parent[0] == b"commit" else None
             unreadable += _changes_unreadable(store, tree, base, seen, width)
         except ValueError:
-            unreadable += 1
+            unreadable.append(oid)
     return unreadable
 
 
@@ -205,9 +220,9 @@ def _first_parents(store: ObjectStore, head: bytes, width: int) -> set[bytes]:
 
 
 def _changes_unreadable(store: ObjectStore, tree: bytes, base: bytes | None,
-                        seen: set[bytes], width: int) -> int:
+                        seen: set[bytes], width: int) -> list[bytes]:
     """Read ``tree`` and what in it differs from ``base`` (None: all of it)."""
-    unreadable = 0
+    unreadable: list[bytes] = []
     stack: list[tuple[bytes, bytes | None]] = [(tree, base)]
     while stack:
         oid, before_id = stack.pop()
@@ -216,15 +231,19 @@ def _changes_unreadable(store: ObjectStore, tree: bytes, base: bytes | None,
         seen.add(oid)
         loaded = store.load(oid)
         if loaded is None or loaded[0] != b"tree":
-            unreadable += 1
+            unreadable.append(oid)
             continue
         before: dict[bytes, tuple[int, bytes]] = {}
         earlier = store.load(before_id) if before_id is not None else None
+        content = loaded[1]
         try:
             if earlier is not None and earlier[0] == b"tree":
-                before = {name: (mode, entry)
-                          for mode, name, entry in _tree_entries(earlier[1], width)}
-            for mode, name, entry in _tree_entries(loaded[1], width):
+                if content.startswith(earlier[1]):  # entries appended (the observations'):
+                    content = content[len(earlier[1]):]  # names sorting after every old one
+                else:
+                    before = {name: (mode, entry)
+                              for mode, name, entry in _tree_entries(earlier[1], width)}
+            for mode, name, entry in _tree_entries(content, width):
                 old_mode, old_entry = before.get(name, (0, b""))
                 if mode == _GITLINK or old_entry == entry:
                     continue
@@ -232,7 +251,53 @@ def _changes_unreadable(store: ObjectStore, tree: bytes, base: bytes | None,
                     stack.append((entry, old_entry if old_mode == _TREE else None))
                 elif entry not in seen:
                     seen.add(entry)
-                    unreadable += store.load(entry) is None
+                    if store.load(entry) is None:
+                        unreadable.append(entry)
         except ValueError:
-            unreadable += 1
+            unreadable.append(oid)
     return unreadable
+
+
+def unreadable_newest(repo: pygit2.Repository, head: pygit2.Oid) -> list[bytes]:
+    """What the newest commit added (against its first parent) that does not read whole:
+    the objects a host crash during the last generation can have left truncated. Cheap
+    (the new objects only), so that readers can check before libgit2 reads anything."""
+    store = ObjectStore(repo, remember=True)  # the few objects this reads, each once
+    loaded = store.load(head.raw)
+    if loaded is None or loaded[0] != b"commit":
+        return [head.raw]
+    try:
+        parents = _commit_links(loaded[1], len(head.raw))[1]
+    except ValueError:
+        return [head.raw]
+    if not parents:
+        return unreadable_reachable(repo, head)
+    return unreadable_since(repo, head, pygit2.Oid(raw=parents[0]), store)
+
+
+def newest_damage(paths: LineagePaths) -> list[str]:
+    """One message per repository whose newest commit added an object that does not read
+    whole; empty when both read (or cannot be opened: the caller reports that). Readers
+    call it before libgit2 reads anything of a lineage they have not read before."""
+    messages = []
+    flag = pygit2.enums.RepositoryOpenFlag
+    for place, branch, flags in (  # the git dir bare: its worktree may be gone
+            (paths.git_dir, paths.branch, flag.NO_SEARCH | flag.BARE),
+            (paths.observations, paths.observation_branch, flag.NO_SEARCH)):
+        try:
+            repo = pygit2.Repository(str(place), flags)
+            target = repo.lookup_reference(f"refs/heads/{branch}").resolve().target
+        except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError, OSError):
+            continue
+        if not isinstance(target, pygit2.Oid):
+            continue
+        bad = unreadable_newest(repo, target)
+        if bad:
+            messages.append(damage_message(place, branch, bad[0]))
+    return messages
+
+
+def damage_message(place: Path, branch: str, oid: bytes) -> str:
+    return (f"{place}: object {oid.hex()} of the newest commit on {branch} does not read "
+            "whole (truncated or corrupt, as a host crash can leave it); restore it from a "
+            "clone or a backup (`git fsck` names every such object)")

@@ -46,6 +46,7 @@ from reconciler.kernel.config import LineagePaths
 from reconciler.kernel.identity import OBJECT_ID
 from reconciler.state import audit
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
+from reconciler.state.audit_objects import ObjectStore
 from reconciler.state.summaries import cache_key
 
 __all__ = ["RECORD_DIR", "SCHEMA", "Snapshot", "audit_recorded", "audit_version", "load",
@@ -119,14 +120,12 @@ class Snapshot:
 
 
 def _all_read(place: Path, oids: list[bytes]) -> bool:
-    """libgit2 inflates each object and checks its content against its id."""
+    """Each object inflates whole and its content hashes to its id (``ObjectStore``)."""
     try:
-        repo = pygit2.Repository(str(place), _NO_SEARCH)
-        for oid in oids:
-            repo.odb.read(pygit2.Oid(raw=oid))
+        store = ObjectStore(pygit2.Repository(str(place), _NO_SEARCH))
     except (pygit2.GitError, OSError, KeyError, ValueError):
         return False
-    return True
+    return all(store.load(oid) is not None for oid in oids)
 
 
 def _identity(status: os.stat_result) -> tuple[int, int, int, int]:

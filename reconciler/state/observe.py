@@ -24,6 +24,7 @@ import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from reconciler.kernel.config import (
 )
 from reconciler.kernel.publish import ref_locks
 from reconciler.kernel.recovery import marker_alive
+from reconciler.state.audit_objects import damage_message, unreadable_newest
 from reconciler.state.branches import Recorded, recorded_branches
 from reconciler.state.holders import Holder, held_by
 
@@ -130,6 +132,9 @@ class Observed:
     # exist) the ones holding the lineage, so that a refused lineage still shows itself.
     branches_read: dict[str, str | None] = field(default_factory=dict)
     held_by: Holder | None = None  # another process holds the lineage's apply lock
+    # An object the newest commits added does not read whole: nothing else was read, and
+    # nothing may read the histories through libgit2 (``state.audit_objects``).
+    newest_unreadable: bool = False
 
     @property
     def running(self) -> str | None:
@@ -204,10 +209,15 @@ def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[py
 
 
 def _branch_target(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
+    """The branch's commit, once what it added reads whole (``_NewestUnreadable``)."""
     try:
         ref = repo.lookup_reference(f"refs/heads/{branch}").resolve()
     except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
         return None
+    if isinstance(ref.target, pygit2.Oid):
+        bad = unreadable_newest(repo, ref.target)
+        if bad:
+            raise _NewestUnreadable(damage_message(Path(repo.path), branch, bad[0]))
     commit = repo.get(ref.target)
     return commit if isinstance(commit, pygit2.Commit) else None
 
@@ -656,6 +666,12 @@ def _damage(paths: LineagePaths, problems: _Problems) -> None:
         problems.add("damaged", f"{lock} was left behind by a git command")
 
 
+class _NewestUnreadable(Exception):
+    """An object a branch's newest commit added does not read whole: a host crash during
+    the last generation can leave one truncated, and libgit2 1.9 loops forever on a
+    truncated loose object (``state.audit_objects``). Observe reads no further."""
+
+
 def _gitlink_target(worktree: Path) -> Path | None:
     """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
     dotgit = worktree / ".git"
@@ -877,6 +893,7 @@ def observe(paths: LineagePaths) -> Observed:
     last: GenerationCommit | None = None
     dirty: tuple[str, ...] = ()
     interrupted: Interrupted | None = None
+    unreadable = False
     try:
         recorded = functools.cache(lambda: recorded_branches(paths))  # read only if needed
         if git_dir_exists:
@@ -908,6 +925,9 @@ def observe(paths: LineagePaths) -> Observed:
         _damage(paths, problems)
         if worktree_exists and lin.head is not None and not os.path.islink(paths.worktree):
             dirty = _dirty(paths, lin, problems)
+    except _NewestUnreadable as error:
+        problems.add("damaged", str(error))
+        unreadable = True  # nothing more is read (libgit2 could loop forever on it)
     except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
             AttributeError, struct.error) as error:
         # A corrupt object or ref: report it (observe never raises for a damaged lineage).
@@ -957,6 +977,7 @@ def observe(paths: LineagePaths) -> Observed:
         branches_read={"lineage": lin.branch if lin.head is not None else None,
                        "observation": obs.branch if obs.head is not None else None},
         held_by=held_by(paths.git_dir),
+        newest_unreadable=unreadable,
     )
 
 
@@ -977,7 +998,7 @@ def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
             if not failed_every_call(failure if isinstance(failure, dict) else None):
                 break
             count += 1
-    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+    except (pygit2.GitError, KeyError, ValueError, OSError, _NewestUnreadable) as error:
         del error  # unreadable history counts as no failures: the probe still guards
     return count
 
@@ -1009,7 +1030,7 @@ def read_status(paths: LineagePaths, observed: Observed,
     Derived from the lineage's summary (``reconciler.state.summaries``), which is
     cached in ``cache_dir`` (when given) and extended incrementally.
     """
-    from reconciler.state.summaries import totals
+    from reconciler.state.summaries import Totals, totals
 
     # The branches observe read: the lineage's own, even when the spec names another.
     read = replace(
@@ -1017,7 +1038,8 @@ def read_status(paths: LineagePaths, observed: Observed,
         branch=observed.branches_read.get("lineage") or paths.branch,
         observation_branch=observed.branches_read.get("observation") or paths.observation_branch,
     )
-    summary = totals(read, cache_dir)
+    summary = Totals(0, {}, {}, 0, Decimal(0), None, None, None) if observed.newest_unreadable \
+        else totals(read, cache_dir)  # an object that does not read whole: read nothing
     problems = [p.message for p in observed.problems] + list(summary.problems)
     return StatusReport(
         generations=summary.generations if summary.lineage_head else observed.generations,

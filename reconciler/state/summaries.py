@@ -41,6 +41,7 @@ import pygit2
 
 from reconciler.kernel import formats
 from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.state.audit_objects import newest_damage
 from reconciler.state.ran_with import kernel_run
 
 __all__ = [
@@ -671,6 +672,12 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
 
 
 def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool) -> LineageSummary:
+    damage = newest_damage(paths)  # libgit2 must never meet a truncated loose object
+    if damage:
+        return LineageSummary(
+            name=paths.name, rows=(), lineage_head=None, observation_head=None,
+            interrupted_usd="0", journal_heading=None, trailing_edits=0,
+            problems=tuple(f"lineage {paths.label}: {message}" for message in damage))
     try:
         return _summarize(paths, cache_dir, sized)
     except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,
