@@ -298,6 +298,6 @@ def newest_damage(paths: LineagePaths) -> list[str]:
 
 
 def damage_message(place: Path, branch: str, oid: bytes) -> str:
-    return (f"{place}: object {oid.hex()} of the newest commit on {branch} does not read "
-            "whole (truncated or corrupt, as a host crash can leave it); restore it from a "
-            "clone or a backup (`git fsck` names every such object)")
+    return (f"{place}: object {oid.hex()} of the newest commit on {branch} is missing or "
+            "does not read whole (truncated or corrupt, as a host crash can leave it); restore "
+            "it from a clone or a backup (`git fsck` names every such object)")

@@ -677,7 +677,8 @@ def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool) -> Lin
         return LineageSummary(
             name=paths.name, rows=(), lineage_head=None, observation_head=None,
             interrupted_usd="0", journal_heading=None, trailing_edits=0,
-            problems=tuple(f"lineage {paths.label}: {message}" for message in damage))
+            problems=tuple(f"lineage {paths.label}: its repositories cannot be read: {message}"
+                           for message in damage))
     try:
         return _summarize(paths, cache_dir, sized)
     except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,

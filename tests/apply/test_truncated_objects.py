@@ -53,6 +53,7 @@ def test_a_truncated_newest_object_is_a_refusal_everywhere(tmp_path: Path, where
     lineage = json.loads(plan.stdout)["lineages"][0]
     assert lineage["action"] == "refuse" and lineage["reason"] == "damaged", lineage
     assert hexid in plan.stdout and "does not read whole" in plan.stdout
+    assert "restore it from a clone or a backup" in plan.stdout
     applied = run_ouro("apply", "--yes", str(specs), env=env, timeout=TIMEOUT)
     assert applied.returncode == 1 and hexid in applied.stdout + applied.stderr
     status = run_ouro("status", str(specs), env=env, timeout=TIMEOUT)
