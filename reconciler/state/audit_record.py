@@ -33,7 +33,6 @@ import json
 import os
 import stat
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +46,7 @@ from reconciler.kernel.identity import OBJECT_ID
 from reconciler.state import audit
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
+from reconciler.state.cachefile import write_cache
 from reconciler.state.summaries import cache_key
 
 __all__ = ["RECORD_DIR", "SCHEMA", "Snapshot", "audit_recorded", "audit_version", "load",
@@ -272,20 +272,7 @@ def load(record_dir: Path, paths: LineagePaths) -> Record | None:
 
 
 def _store(record_dir: Path, paths: LineagePaths, resume: Resume, taken: Snapshot) -> None:
-    """Write atomically (temp file, rename); a record that cannot be written is skipped."""
-    target = record_file(record_dir, paths)
-    try:
-        record_dir.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(prefix=".tmp-", dir=record_dir)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(_encode(paths, resume, taken))
-            os.replace(temp, target)
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except OSError:
-        return
+    write_cache(record_file(record_dir, paths), _encode(paths, resume, taken))
 
 
 def _discard(record_dir: Path, paths: LineagePaths) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal, InvalidOperation
@@ -42,6 +41,7 @@ import pygit2
 from reconciler.kernel import formats
 from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.audit_objects import newest_damage
+from reconciler.state.cachefile import write_cache
 from reconciler.state.ran_with import kernel_run
 
 __all__ = [
@@ -556,20 +556,9 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
     rows = json.dumps([_POSITIONAL(row) for row in summary.rows],
                       separators=(",", ":"), ensure_ascii=True).encode("ascii")
     header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest())
-    target = _cache_file(cache_dir, paths)
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(json.dumps(header, separators=(",", ":"),
-                                     ensure_ascii=True).encode("ascii") + b"\n" + rows)
-            os.replace(temp, target)
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except OSError:
-        return
+    write_cache(_cache_file(cache_dir, paths),
+                json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+                + b"\n" + rows)
 
 
 # ---------------------------------------------------------------- derivation
