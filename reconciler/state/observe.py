@@ -1039,7 +1039,7 @@ def read_status(paths: LineagePaths, observed: Observed,
         observation_branch=observed.branches_read.get("observation") or paths.observation_branch,
     )
     summary = Totals(0, {}, {}, 0, Decimal(0), None, None, None) if observed.newest_unreadable \
-        else totals(read, cache_dir)  # an object that does not read whole: read nothing
+        else totals(read, cache_dir, newest_checked=True)  # else: read nothing
     problems = [p.message for p in observed.problems] + list(summary.problems)
     return StatusReport(
         generations=summary.generations if summary.lineage_head else observed.generations,

@@ -644,13 +644,15 @@ def heads(paths: LineagePaths) -> tuple[str | None, str | None]:
     return (str(lineage.id) if lineage else None, str(observation.id) if observation else None)
 
 
-def totals(paths: LineagePaths, cache_dir: Path | None = None) -> Totals:
+def totals(paths: LineagePaths, cache_dir: Path | None = None, *,
+           newest_checked: bool = False) -> Totals:
     """The lineage's totals: the cache's header when its heads are today's (the rows
-    are not read), else from ``summarize`` (which extends or rebuilds the cache)."""
+    are not read), else from ``summarize`` (which extends or rebuilds the cache).
+    ``newest_checked``: observe has just checked what the newest commits added."""
     cached = _load_totals(cache_dir, paths)
     if cached is not None and (cached.lineage_head, cached.observation_head) == heads(paths):
         return cached
-    return totals_of(_guarded(paths, cache_dir, sized=False))
+    return totals_of(_guarded(paths, cache_dir, sized=False, newest_checked=newest_checked))
 
 
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:
@@ -660,8 +662,10 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
     return _guarded(paths, cache_dir, sized=True)
 
 
-def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool) -> LineageSummary:
-    damage = newest_damage(paths)  # libgit2 must never meet a truncated loose object
+def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool,
+             newest_checked: bool = False) -> LineageSummary:
+    # libgit2 must never meet a truncated loose object (state.audit_objects)
+    damage = [] if newest_checked else newest_damage(paths)
     if damage:
         return LineageSummary(
             name=paths.name, rows=(), lineage_head=None, observation_head=None,
