@@ -43,7 +43,7 @@ import pygit2
 from reconciler.kernel import formats, publish
 from reconciler.kernel.config import LineagePaths
 from reconciler.kernel.identity import OBJECT_ID
-from reconciler.state import audit
+from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
 from reconciler.state.cachefile import write_cache
@@ -62,12 +62,12 @@ _version: str | None = None
 
 
 def audit_version() -> str:
-    """The digest of the code whose rules a record vouches for: the audit and the kernel
-    rules it applies."""
+    """The digest of the code whose rules a record vouches for: the audit, its integrity
+    pass and the kernel rules it applies."""
     global _version
     if _version is None:
         digest = hashlib.sha256()
-        for module in (audit, formats, publish):
+        for module in (audit, audit_objects, formats, publish):
             digest.update(Path(str(module.__file__)).read_bytes())
         _version = digest.hexdigest()
     return _version
