@@ -137,6 +137,8 @@ def test_a_fleet_of_four_runs_as_four_jobs(specs: Path, env: dict[str, str],
     assert {e["executor_job"] for e in ran} == jobs
     assert sum(item["generations_run"] for item in document["lineages"]) == 10
     assert all(item["audit"]["status"] == "consistent" for item in document["lineages"])
+    # a job whose result was read leaves no folder behind (a failed one keeps its log)
+    assert not [job for job in jobs if (tmp_path / "state" / "slurm-jobs" / job).exists()]
     again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
     assert again.returncode == 0, again.stderr
     assert "submitted" not in again.stderr  # in sync: no job at all

@@ -97,6 +97,12 @@ class _Tracked:
     job_ids: list[str] = field(default_factory=list)
 
 
+def _forget(folder: Path) -> None:
+    """A job that ended with its result read leaves nothing worth keeping: its pickles
+    and logs go (``<state dir>/slurm-jobs/<id>``). Best effort: a leftover costs disk only."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def slurm_parameters(spec: LoadedSpec) -> dict[str, Any]:
     """submitit's ``slurm_*`` parameters for this lineage's job (raises ApplyError)."""
     settings = spec.spec.spec.executor.slurm
@@ -410,6 +416,7 @@ class SlurmExecutor:
             stopped_by = None
         else:
             part, stopped_by = result_from_document(value, name)
+            _forget(item.job.paths.folder)  # a failed job's folder stays: its log is named
         item.total = _merge(item.total, part)
         self.engine.events.emit(
             "job-ended", lineage=name, state=item.state, stopped_by=stopped_by,
@@ -548,6 +555,7 @@ def doctor_in_job(state_dir: Path, settings: SlurmSpec, *, timeout: float = 600)
         raise ApplyError(f"ouro doctor: the probe job {job.job_id} failed: "
                          f"{lines[-1] if lines else '?'} (log: {job.paths.stderr})")
     checks = [Check(**item) for item in value["checks"]]
+    _forget(job.paths.folder)
     return job.job_id, str(value["node"]), checks
 
 
