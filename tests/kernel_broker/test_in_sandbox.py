@@ -16,16 +16,17 @@ from reconciler.kernel import sandbox
 from reconciler.kernel.broker import Broker
 from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
 from reconciler.kernel.lineage import ORGANISM
+from tests.host import require
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
 REPLY = b';; the successor, written from inside the sandbox\n(message "ok")\n'
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 @pytest.mark.parametrize(("provider", "expected"), [("replay", REPLY), ("echo", None)])
 def test_seed_in_the_sandbox_gets_its_successor_through_the_broker(
         tmp_path: Path, provider: str, expected: bytes | None) -> None:
+    require(shutil.which("bwrap") is not None, "bubblewrap (bwrap) on PATH")
     kernel = tmp_path / "k"
     kernel.mkdir()
     archive = io.BytesIO()

@@ -23,6 +23,7 @@ from reconciler.kernel.decoder import decode
 from reconciler.kernel.generation import Runtime
 from reconciler.kernel.identity import fingerprint
 from reconciler.kernel.sandbox import SandboxResult
+from tests.host import require
 
 TEST_COMMIT = "5" * 40
 
@@ -235,8 +236,15 @@ def real_host_ready() -> str | None:
     return None
 
 
-needs_real_host = pytest.mark.skipif(real_host_ready() is not None,
-                                     reason=str(real_host_ready()))
+@pytest.fixture
+def real_host() -> None:
+    """Real generations need bwrap, emacs and a writable cgroup: under CI their absence
+    fails the test (``tests.host.require``), elsewhere it skips."""
+    missing = real_host_ready()
+    require(missing is None, str(missing))
+
+
+needs_real_host = pytest.mark.usefixtures("real_host")
 
 
 def replay_model(folder: Path, replies: list[str]) -> ModelConfig:

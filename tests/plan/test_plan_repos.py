@@ -108,7 +108,7 @@ def test_nothing_there_is_create(tmp_path: Path) -> None:
 
 
 def test_lineage_born_by_the_kernel_plans_as_extend(tmp_path: Path) -> None:
-    lineage = pytest.importorskip("reconciler.kernel.lineage")
+    from reconciler.kernel import lineage
     paths = lineage_paths(tmp_path, "x")
     lineage.init_lineage(paths, instrument.current())
     result = _plan_one(tmp_path, paths, 2)
