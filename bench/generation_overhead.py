@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reconciler.kernel import lineage
-from reconciler.kernel.config import Ceilings, Identity, LineagePaths, ModelConfig
+from replay_lineage import replay_lineage
+
+from reconciler.kernel.config import Ceilings
 from reconciler.kernel.generation import real_runtime, run_generation
-from reconciler.kernel.identity import fingerprint
 from reconciler.kernel.sandbox import bwrap_argv
 
 TARGET_S = 0.25
@@ -56,16 +57,7 @@ def main() -> int:
     ceilings = Ceilings() if args.default_ceilings else Ceilings(cpu_seconds=600)
     with tempfile.TemporaryDirectory(prefix="ouro-bench-") as folder:
         root = Path(folder)
-        paths = LineagePaths(root / "bench", root / "bench.git", root / "bench.observations",
-                             "lineage-bench", "observations/lineage-bench")
-        identity = Identity("https://example.invalid/ouro.git", "bench", "b" * 40, fingerprint())
-        lineage.init_lineage(paths, identity)
-        replies = root / "replies"
-        replies.mkdir()
-        seed = lineage.ORGANISM.read_text()
-        for index in range(args.rounds + 5):
-            (replies / f"{index:04d}.el").write_text(seed)
-        model = ModelConfig(provider="replay", name="replay-bench", replay_dir=replies)
+        paths, identity, model = replay_lineage(root, args.rounds + 5)
         empty = root / "kernel"
         empty.mkdir()
 

@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay_lineage import replay_lineage
 
 from reconciler.engine.kernels import run_record, store_running
 from reconciler.engine.pinned import PinnedKernel
-from reconciler.kernel import lineage
-from reconciler.kernel.config import Ceilings, Identity, LineagePaths, ModelConfig
+from reconciler.kernel.config import Ceilings
 from reconciler.kernel.generation import run_generation
-from reconciler.kernel.identity import fingerprint
 from reconciler.state.kernels import KernelStore
 
 TARGET_S = 0.05
@@ -40,16 +41,7 @@ def main() -> int:
     ceilings = Ceilings(cpu_seconds=600)  # a full core: measure the kernel, not the quota
     with tempfile.TemporaryDirectory(prefix="ouro-bench-") as folder:
         root = Path(folder)
-        paths = LineagePaths(root / "bench", root / "bench.git", root / "bench.observations",
-                             "lineage-bench", "observations/lineage-bench")
-        identity = Identity("https://example.invalid/ouro.git", "bench", "b" * 40, fingerprint())
-        lineage.init_lineage(paths, identity)
-        replies = root / "replies"
-        replies.mkdir()
-        seed = lineage.ORGANISM.read_text()
-        for index in range(2 * args.rounds + 4):
-            (replies / f"{index:04d}.el").write_text(seed)
-        model = ModelConfig(provider="replay", name="replay-bench", replay_dir=replies)
+        paths, identity, model = replay_lineage(root, 2 * args.rounds + 4)
         store = KernelStore(root / "kernels")
         # as apply runs it: a spare process imports the kernel while a generation runs
         pinned = PinnedKernel(store, store_running(store, identity), spare=True)
