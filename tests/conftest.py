@@ -41,6 +41,20 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
 
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an ``ouro`` subprocess: this test's own state dir."""
+    return {**os.environ, "OURO_STATE_DIR": str(tmp_path / "state")}
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> Path:
+    """An empty folder for the test's spec files."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    return folder
+
+
 def _git(*args: str, cwd: Path | None = None) -> None:
     """Tests may use git itself to restore bundles; ouro never does."""
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)

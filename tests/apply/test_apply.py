@@ -30,20 +30,6 @@ from tests.observe.builder import lineage_paths
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
-    return environment
-
-
-@pytest.fixture
-def specs(tmp_path: Path) -> Path:
-    folder = tmp_path / "specs"
-    folder.mkdir()
-    return folder
-
-
 def test_create_then_second_apply_is_a_no_op(specs: Path, env: dict[str, str],
                                              tmp_path: Path) -> None:
     write_spec(specs, "alpha", 2)

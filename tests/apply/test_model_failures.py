@@ -9,7 +9,6 @@ max_failed_generations in a row), and let the other lineages go on.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,8 @@ DASH = "\u2014"
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
-    environment[VARIABLE] = KEY
-    return environment
-
-
-@pytest.fixture
-def specs(tmp_path: Path) -> Path:
-    folder = tmp_path / "specs"
-    folder.mkdir()
-    return folder
+def env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, VARIABLE: KEY}
 
 
 def route(provider: str, generate: Reply, models: Reply | None = None) -> Handler:

@@ -5,7 +5,6 @@ every JSON document, and a fresh saved plan applied without a second question.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,11 +32,6 @@ from reconciler.cli import main
 sys.argv[0] = "ouro"
 main()
 """
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "OURO_STATE_DIR": str(tmp_path / "state")}
 
 
 def test_a_fresh_saved_plan_applies_without_asking(tmp_path: Path, env: dict[str, str]) -> None:

@@ -54,20 +54,6 @@ def _slurm() -> None:
     require(_cluster_up(), "a running Slurm cluster (run .ci/slurm-up.sh as root)")
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["OURO_STATE_DIR"] = str(tmp_path / "state")
-    return environment
-
-
-@pytest.fixture
-def specs(tmp_path: Path) -> Path:
-    folder = tmp_path / "specs"
-    folder.mkdir()
-    return folder
-
-
 def _with_executor(path: Path, settings: str = "time: 10m") -> Path:
     path.write_text(path.read_text() + "  executor:\n    slurm: {" + settings + "}\n")
     return path
