@@ -4,25 +4,14 @@ traceback, and nothing written to the lineage."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from tests.inprocess import ouro
 from tests.observe.builder import LineageBuilder
 
-
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ouro", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = ouro
 
 
 def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
 from reconciler.kernel.config import LineagePaths
 from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.spec.load import load_specs
 from reconciler.state import instrument
 from reconciler.state.branches import recorded_branches, spec_paths
 from reconciler.state.observe import observe, read_status
+from tests.inprocess import ouro
 from tests.plan.helpers import spec_yaml, write_specs
 from tests.plan.original import ORIGINAL, folder_paths, peer
 
@@ -36,13 +35,8 @@ def plan_of(tmp_path: Path, paths: LineagePaths, *, generations: int = 5,
 
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         *args: str | Path) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["ouro", *map(str, args)])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    return code, capsys.readouterr().out
+    code, out, _err = ouro(monkeypatch, capsys, *args)
+    return code, out
 
 
 # ---------------------------------------------------------------- the original's layout

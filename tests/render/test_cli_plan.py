@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
 from reconciler.kernel.config import LineagePaths
 from reconciler.plan.saved import check_fresh, load_plan
 from reconciler.state import instrument
 from reconciler.state.observe import observe
 from reconciler.state.summaries import CACHE_DIR
+from tests.inprocess import ouro
 from tests.observe.builder import LineageBuilder, lineage_paths
 from tests.plan.helpers import spec_yaml, write_specs
 
@@ -29,16 +29,7 @@ def _openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-plan")
 
 
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        *args: str | Path) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ouro", *map(str, args)])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = ouro
 
 
 def _lineage(root: Path, name: str, generations: int) -> LineageBuilder:

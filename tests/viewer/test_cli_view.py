@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from tests.inprocess import ouro
 
 
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["ouro", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    return code, capsys.readouterr().err
+    code, _out, err = ouro(monkeypatch, capsys, *args)
+    return code, err
 
 
 def test_missing_libraries_name_the_extra(monkeypatch: pytest.MonkeyPatch,
