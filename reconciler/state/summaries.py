@@ -352,6 +352,17 @@ def _open(path: Path, flags: pygit2.enums.RepositoryOpenFlag) -> pygit2.Reposito
         return None
 
 
+def _head_id(repo: pygit2.Repository | None, branch: str) -> str | None:
+    """The branch's commit id, from the ref alone (no object is read)."""
+    if repo is None:
+        return None
+    try:
+        target = repo.lookup_reference(f"refs/heads/{branch}").resolve().target
+    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
+        return None
+    return str(target) if isinstance(target, pygit2.Oid) else None
+
+
 def _head(repo: pygit2.Repository | None, branch: str) -> pygit2.Commit | None:
     if repo is None:
         return None
@@ -635,13 +646,13 @@ def _resumable(repo: pygit2.Repository, cached: LineageSummary, walk: _Walk,
 
 
 def heads(paths: LineagePaths) -> tuple[str | None, str | None]:
-    """The lineage branch head and the observation branch head (commit ids), cheaply."""
+    """The lineage branch head and the observation branch head (commit ids), cheaply: from
+    the refs alone, so that no object is read (``_summarize`` checks before it reads)."""
     try:
-        lineage = _head(_open(paths.git_dir, _BARE), paths.branch)
-        observation = _head(_open(paths.observations, _NO_SEARCH), paths.observation_branch)
+        return (_head_id(_open(paths.git_dir, _BARE), paths.branch),
+                _head_id(_open(paths.observations, _NO_SEARCH), paths.observation_branch))
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return None, None
-    return (str(lineage.id) if lineage else None, str(observation.id) if observation else None)
 
 
 def totals(paths: LineagePaths, cache_dir: Path | None = None, *,
@@ -664,16 +675,8 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
 
 def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool,
              newest_checked: bool = False) -> LineageSummary:
-    # libgit2 must never meet a truncated loose object (state.audit_objects)
-    damage = [] if newest_checked else newest_damage(paths)
-    if damage:
-        return LineageSummary(
-            name=paths.name, rows=(), lineage_head=None, observation_head=None,
-            interrupted_usd="0", journal_heading=None, trailing_edits=0,
-            problems=tuple(f"lineage {paths.label}: its repositories cannot be read: {message}"
-                           for message in damage))
     try:
-        return _summarize(paths, cache_dir, sized)
+        return _summarize(paths, cache_dir, sized, newest_checked)
     except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,
             IndexError) as error:
         return LineageSummary(
@@ -684,18 +687,29 @@ def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool,
         )
 
 
-def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool) -> LineageSummary:
+def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool,
+               newest_checked: bool = False) -> LineageSummary:
     """See ``summarize``. ``sized``: derive organism sizes (status does not need them;
-    a cache without them is completed, not rebuilt, when rows are asked for)."""
+    a cache without them is completed, not rebuilt, when rows are asked for).
+    ``newest_checked``: what the newest commits added was just checked (by observe)."""
     repo = _open(paths.git_dir, _BARE)
-    head = _head(repo, paths.branch)
     obs_repo = _open(paths.observations, _NO_SEARCH)
+    cached = _load_cache(cache_dir, paths)
+    if cached is not None and (cached.sized or not sized) and (
+            cached.lineage_head, cached.observation_head) == (
+            _head_id(repo, paths.branch), _head_id(obs_repo, paths.observation_branch)):
+        return cached  # nothing read but the refs and the cache
+    # objects are read from here on: libgit2 must never meet a truncated loose object
+    damage = [] if newest_checked else newest_damage(paths)
+    if damage:
+        return LineageSummary(
+            name=paths.name, rows=(), lineage_head=None, observation_head=None,
+            interrupted_usd="0", journal_heading=None, trailing_edits=0,
+            problems=tuple(f"lineage {paths.label}: its repositories cannot be read: {message}"
+                           for message in damage))
+    head = _head(repo, paths.branch)
     obs_head = _head(obs_repo, paths.observation_branch)
     heads = (str(head.id) if head else None, str(obs_head.id) if obs_head else None)
-    cached = _load_cache(cache_dir, paths)
-    fresh = cached is not None and (cached.lineage_head, cached.observation_head) == heads
-    if cached is not None and fresh and (cached.sized or not sized):
-        return cached
     if repo is None or head is None:
         if not os.path.lexists(paths.git_dir):
             return LineageSummary(paths.name, (), None, heads[1], "0", None, 0)

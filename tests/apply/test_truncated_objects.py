@@ -27,7 +27,7 @@ def _truncate(store: Path, oid: pygit2.Oid) -> str:
     return hexid
 
 
-@pytest.mark.parametrize("where", ["journal", "observation"])
+@pytest.mark.parametrize("where", ["journal", "observation", "head-commit"])
 def test_a_truncated_newest_object_is_a_refusal_everywhere(tmp_path: Path, where: str) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
@@ -41,6 +41,9 @@ def test_a_truncated_newest_object_is_a_refusal_everywhere(tmp_path: Path, where
         head = repo.revparse_single(f"refs/heads/{paths.branch}")
         assert isinstance(head, pygit2.Commit)
         hexid = _truncate(paths.git_dir, head.tree["journal.md"].id)
+    elif where == "head-commit":
+        repo = pygit2.Repository(str(paths.git_dir))
+        hexid = _truncate(paths.git_dir, repo.references[f"refs/heads/{paths.branch}"].target)
     else:
         repo = pygit2.Repository(str(paths.observations))
         head = repo.revparse_single(f"refs/heads/{paths.observation_branch}")
