@@ -324,3 +324,20 @@ def test_the_object_store_reads_only_whole_objects(tmp_path: Path) -> None:
     path.mkdir()
     assert store.load(oid.raw) is None  # not a file
     assert store.load(b"\x01" * 20) is None  # absent, not packed either
+
+
+def test_a_tree_that_hashes_right_but_does_not_parse_is_unreadable(tmp_path: Path) -> None:
+    """Written raw (libgit2 refuses to build a commit on it): its id matches its bytes, but
+    git could not read it either. Both passes say so, and neither raises."""
+    from reconciler.state.audit_objects import unreadable_newest, unreadable_reachable
+
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
+    kinds = pygit2.enums.ObjectType
+    tree = repo.odb.write(kinds.TREE, b"100644 x\0short")
+    who = b"a <a@b> 0 +0000"
+    commit = repo.odb.write(kinds.COMMIT, b"tree " + str(tree).encode() + b"\nauthor " + who
+                            + b"\ncommitter " + who + b"\n\nm\n")
+    assert unreadable_reachable(repo, commit) == [tree.raw]
+    assert unreadable_newest(repo, commit) == [tree.raw]
+    odd = repo.odb.write(kinds.COMMIT, b"tree nothex\n\nm\n")
+    assert unreadable_reachable(repo, odd) == [odd.raw]
