@@ -1,7 +1,8 @@
 """Shared test fixtures: real git repositories, the shared fixtures, CI rules.
 
-Under CI (``CI`` set) a skipped test is a failure: the sandbox and cgroup tests
-must really run there.
+Under CI (``CI`` set; `.ci/run` sets it itself) a skipped test is a failure: the
+sandbox and cgroup tests must really run there. So is an expected failure (``xfail``,
+whether it fails or passes): CI runs every test for what it asserts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ def shared_dir() -> Path:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+    if not os.environ.get("CI"):
+        return
+    if hasattr(report, "wasxfail"):
+        reason = report.wasxfail or "no reason given"
+        report.outcome = "failed"
+        report.longrepr = (f"marked xfail ({reason}); under CI, which must run every test "
+                           "for what it asserts, an expected failure is a failure: fix the "
+                           f"code or the test. {report.longrepr or ''}")
+        del report.wasxfail
+    elif report.skipped:
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, which must run every test: {report.longrepr}"
 

@@ -181,15 +181,28 @@ def test_cgroup1_scope_names_are_unique() -> None:
         first.close()
 
 
+def first_backend_that_opens_alone() -> str:
+    """What auto must pick on this host: the first backend, in auto's documented order
+    (systemd, cgroup2, cgroup1), that opens when it is asked for by name."""
+    for backend in ("systemd", "cgroup2", "cgroup1"):
+        try:
+            scope = open_scope(Ceilings(enforcement=backend), unique(f"alone-{backend}"))
+        except CeilingError:
+            continue
+        scope.close()
+        return backend
+    pytest.fail("no backend opens on its own here; need_cgroup1 should have said so")
+
+
 @pytest.mark.cgroup
-def test_auto_picks_cgroup1_here_and_says_so() -> None:
+def test_auto_picks_the_first_backend_that_works_here_and_says_so() -> None:
     need_cgroup1()
+    expected = first_backend_that_opens_alone()
+    if not Path("/run/systemd/system").exists():  # no manager: systemd cannot be first
+        assert expected != "systemd"
     scope = open_scope(Ceilings(enforcement="auto"), unique("auto"))
     try:
-        if Path("/run/systemd/system").exists():  # a manager runs: systemd goes first
-            assert scope.backend in ("systemd", "cgroup2", "cgroup1")
-        else:
-            assert scope.backend == "cgroup1"
+        assert scope.backend == expected
     finally:
         scope.close()
 
@@ -305,14 +318,21 @@ def test_no_backend_names_why_each_failed(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 
 @pytest.mark.parametrize(
-    "ceilings",
-    [Ceilings(enforcement="docker"), Ceilings(tasks=0), Ceilings(memory_bytes=0),
-     Ceilings(swap_bytes=-1), Ceilings(cpu_seconds=0)],
+    ("ceilings", "message"),
+    [(Ceilings(enforcement="docker"), "unknown ceiling enforcement 'docker'"),
+     (Ceilings(tasks=0), "ceiling tasks must be positive, got 0"),
+     (Ceilings(memory_bytes=0), "ceiling memory_bytes must be positive, got 0"),
+     (Ceilings(swap_bytes=-1), "ceiling swap_bytes must be >= 0, got -1"),
+     (Ceilings(cpu_seconds=0), "ceiling cpu_seconds must be positive, got 0")],
     ids=["unknown-enforcement", "zero-tasks", "zero-memory", "negative-swap", "zero-cpu"],
 )
-def test_impossible_ceilings_are_refused(ceilings: Ceilings) -> None:
-    with pytest.raises(CeilingError):
+def test_impossible_ceilings_are_refused(ceilings: Ceilings, message: str) -> None:
+    """Refused for the value itself, before any backend is tried (with no mounts, a
+    valid ceiling fails too, but with "cannot put the aggregate resource scope")."""
+    with pytest.raises(CeilingError) as caught:
         open_scope(ceilings, "bad", mounts=CgroupMounts())
+    assert message in str(caught.value)
+    assert "aggregate resource scope" not in str(caught.value)
 
 
 # ---------------------------------------------------------------- fake cgroup trees
@@ -417,6 +437,23 @@ def test_cgroup2_fake_tree_gets_every_value(
     accounting = scope.accounting()
     assert (accounting.cpu_usage_nsec, accounting.memory_peak_bytes, accounting.oom_kills,
             accounting.result) == (1_500_000, 8192, 1, "oom-kill")
+
+
+def test_auto_prefers_cgroup2_to_cgroup1_when_both_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Auto's order, where this host cannot show it (its cgroup2 has no controllers)."""
+    monkeypatch.setattr(ceilings_module, "SYSTEM_MANAGER_MARK", tmp_path / "absent")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no user manager either
+    v2 = fake_v2(tmp_path)
+    assert v2.v2 is not None
+    (v2.v2 / "ouro").mkdir()
+    (v2.v2 / "ouro" / "cgroup.subtree_control").write_text("")
+    both = CgroupMounts(v1=fake_v1(tmp_path).v1, v2=v2.v2)
+    all_files = [f for files in V1_FILES.values() for f in files] + V2_FILES
+    monkeypatch.setattr(ceilings_module, "_make_group", fake_mkdir(all_files, ignore_writes=False))
+    assert open_scope(Ceilings(enforcement="cgroup1"), "one", mounts=both).backend == "cgroup1"
+    assert open_scope(Ceilings(enforcement="auto"), "auto", mounts=both).backend == "cgroup2"
 
 
 def test_cgroup2_fake_tree_that_ignores_writes_is_refused(

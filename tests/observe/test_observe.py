@@ -306,9 +306,30 @@ def test_observe_uses_no_git_subprocess(tmp_path: Path, monkeypatch: pytest.Monk
     assert observe(builder.paths).generations == 1
 
 
-def test_pygit2_is_what_reads(tmp_path: Path) -> None:
+def test_pygit2_is_what_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """observe opens both repositories through pygit2, and reads nothing when it cannot."""
     builder = LineageBuilder(tmp_path)
-    assert isinstance(builder.repo, pygit2.Repository)
+    builder.gen()
+    opened: list[str] = []
+
+    class Recording(pygit2.Repository):
+        def __init__(self, path: str, *args: object) -> None:
+            opened.append(str(Path(path).resolve()))
+            super().__init__(path, *args)
+
+    monkeypatch.setattr(pygit2, "Repository", Recording)
+    seen = observe(builder.paths)
+    assert seen.generations == 1 and seen.last_observation is not None
+    assert str(builder.paths.git_dir.resolve()) in opened
+    assert str(builder.paths.observations.resolve()) in opened
+
+    class Unreadable(pygit2.Repository):
+        def __init__(self, path: str, *args: object) -> None:
+            raise pygit2.GitError(f"refused {path}")
+
+    monkeypatch.setattr(pygit2, "Repository", Unreadable)
+    blind = observe(builder.paths)
+    assert blind.generations != 1 or blind.last_observation is None
 
 
 def test_status_spend_counts_discarded_attempts_too(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pytest
 
 from reconciler.engine.probe import Prober, ProbeResult, probe
@@ -112,20 +111,44 @@ def test_tls_to_a_plain_http_server_refuses_as_tls() -> None:
     assert "TLS" in found.message
 
 
+IN_NO_NETWORK = """
+import json, sys
+from decimal import Decimal
+from reconciler.engine.probe import probe
+from reconciler.kernel.config import ModelConfig, Price
+model = ModelConfig(provider="anthropic", name="m", base_url="https://no-such-host.invalid",
+                    api_key_env="OURO_PROBE_KEY", price=Price(Decimal(1), Decimal(1)))
+found = probe(model, sys.argv[1])
+print(json.dumps({"ok": found.ok, "code": found.code, "message": found.message}))
+"""
+
+
 def test_a_name_that_does_not_resolve_refuses_as_dns() -> None:
-    """The resolver's own error, raised where httpx's transport would (no DNS traffic)."""
+    """The real resolver's own failure, through httpx's real transport: the probe runs in
+    a network namespace of its own (bwrap --unshare-net, nothing but a down loopback), so
+    the lookup fails on this host and no DNS packet leaves it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    class Unresolvable(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            try:
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            except socket.gaierror as error:
-                raise httpx.ConnectError(str(error), request=request) from error
+    from tests.host import require
 
-    found = probe(model("anthropic", "https://no-such-host.invalid"), KEY,
-                  transport=Unresolvable())
-    assert not found.ok and found.code == "dns"
-    assert "does not resolve" in found.message
+    bwrap = shutil.which("bwrap")
+    require(bwrap is not None, "needs bwrap for a network namespace without a resolver")
+    assert bwrap is not None
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [bwrap, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--",
+         sys.executable, "-c", IN_NO_NETWORK, KEY],
+        cwd=root, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert not found["ok"] and found["code"] == "dns", found
+    assert "does not resolve" in found["message"]
+    assert KEY not in found["message"]
 
 
 def test_a_silent_server_times_out() -> None:

@@ -12,7 +12,6 @@ from reconciler.kernel.config import Identity
 from reconciler.plan import Change, LineagePlan, Plan, make_plan
 from reconciler.report.render import (
     FORMAT_VERSION,
-    plan_document,
     plan_json,
     plan_markdown,
     print_plan,
@@ -89,7 +88,25 @@ def test_json_document_is_stable() -> None:
         {"field": "model", "observed": "echo", "desired": "echo-2"}]
     assert document["summary"]["max_spend_usd"] == "4.50"
     assert document["summary"]["exit_code"] == 1
-    assert plan_document(sample_plan()) == document
+    assert document["kind"] == "ouro-plan"
+    assert document["instrument"] == {"commit": "a" * 40, "fingerprint": "b" * 64}
+    assert document["summary"] == {"create": 1, "extend": 1, "recover": 1, "in-sync": 1,
+                                   "ahead": 1, "refuse": 1, "max_spend_usd": "4.50",
+                                   "exit_code": 1}
+    assert [(i["name"], i["action"], i["missing_generations"]) for i in document["lineages"]] \
+        == [("alpha", "create", 3), ("beta", "extend", 2), ("gamma", "in-sync", 0),
+            ("delta", "refuse", 0), ("eps", "ahead", 0), ("zeta", "recover", 1)]
+    assert first["heads"] == {"lineage": "1" * 40, "observation": "2" * 40}
+    assert first["spec_sha256"] == "c" * 64 and first["reason"] is None
+
+
+def test_json_text_is_the_document_pretty_printed() -> None:
+    """plan_json is the text form of plan_document: two-space indent, one trailing newline,
+    non-ASCII kept as is."""
+    text = plan_json(sample_plan())
+    assert text.endswith("}\n") and not text.endswith("\n\n")
+    assert text.startswith('{\n  "format_version": 1,\n  "kind": "ouro-plan",\n')
+    assert "lineage alpha: create because" in text
 
 
 def test_markdown_puts_refusals_first() -> None:
