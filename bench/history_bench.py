@@ -197,7 +197,11 @@ def verify_case(generations: int, rounds: int) -> dict[str, tuple[float, Any]]:
 
 
 def first_paint(root: Path, name: str, rounds: int) -> float:
-    from tests.viewer.browser import chromium
+    from tests.viewer.chromium import launch, present
+
+    if not present():
+        raise SystemExit("the viewer's paint needs Debian's chromium and chromium-driver "
+                         "(apt-get install chromium chromium-driver), or --skip-browser")
 
     env = dict(os.environ, OURO_STATE_DIR=str(root / "state"))
     process = subprocess.Popen([sys.executable, "-c", MAIN, "view", str(root / "specs")],
@@ -207,7 +211,7 @@ def first_paint(root: Path, name: str, rounds: int) -> float:
     assert match, "ouro view printed no URL"
     profile = OUT / "history-v1-chromium-profile"
     shutil.rmtree(profile, ignore_errors=True)
-    driver = chromium(profile)
+    driver = launch(profile)
     paints = []
     try:
         for _ in range(rounds):

@@ -22,10 +22,11 @@ Measured in the same run:
 
 Prints the figures and the ratios against the baseline; exits 1 if the plan is
 wrong (every lineage must be in sync at G generations) or a target is missed:
-the whole in-process plan < 1 s, and checking the lineages (observe + plan +
-JSON, the baseline's job) >= 10x faster than the baseline. The ratio of the
-whole plan (which also parses the YAML specs, which the baseline does not) and
-of the CLI end to end (which also starts Python) are printed too.
+the whole in-process plan < 1 s, checking the lineages (observe + plan + JSON,
+the baseline's job) >= 10x faster than the baseline, and `ouro plan --json` as a
+fresh process (Python's start-up and imports included: what a user waits for)
+< 1 s. The ratios of the whole plan (which also parses the YAML specs, which the
+baseline does not) and of the CLI are printed too.
 """
 
 from __future__ import annotations
@@ -320,13 +321,12 @@ def main() -> int:
           f"ratio {b / w:.1f}x  (spec loading {w - p:.3f} s)")
     print(f"ouro: `ouro plan --json` end to end (fresh process, imports included): {c:.3f} s  "
           f"ratio {b / c:.1f}x")
-    met = w < TARGET_SECONDS and b / p >= TARGET_RATIO
+    met = w < TARGET_SECONDS and b / p >= TARGET_RATIO and c < TARGET_SECONDS
     print(f"targets: whole plan < {TARGET_SECONDS:.0f} s "
           f"({'met' if w < TARGET_SECONDS else 'MISSED'}); lineage checking >= "
           f"{TARGET_RATIO:.0f}x the baseline ({'met' if b / p >= TARGET_RATIO else 'MISSED'}); "
-          f"CLI end to end < {TARGET_SECONDS:.0f} s "
-          f"({'met' if c < TARGET_SECONDS else 'not met'}, not a gate: interpreter start-up "
-          "and imports)")
+          f"`ouro plan --json` end to end (what a user waits for) < {TARGET_SECONDS:.0f} s "
+          f"({'met' if c < TARGET_SECONDS else 'MISSED'})")
     for line in problems[:10]:
         print(f"WRONG PLAN: {line}")
     return 0 if met and not problems else 1

@@ -3,7 +3,9 @@
 
 Each benchmark measures its baseline in the same run and prints the ratio
 against it and whether its target was met; this runner only sequences them and
-exits non-zero if any of them failed or missed its target.
+exits non-zero if any of them failed or missed its target. A benchmark is a script
+that runs as a program (``if __name__ == "__main__":``); the others here
+(``replay_lineage.py``) are helpers the benchmarks import, never run on their own.
 """
 
 from __future__ import annotations
@@ -15,10 +17,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def main(selected: list[str]) -> int:
-    scripts = sorted(
-        p for p in HERE.glob("*.py") if p.name != "run.py" and not p.name.startswith("_")
+def benchmarks() -> list[Path]:
+    """The scripts of this folder that are programs: every benchmark, no helper."""
+    return sorted(
+        p for p in HERE.glob("*.py")
+        if p.name != "run.py" and not p.name.startswith("_")
+        and 'if __name__ == "__main__":' in p.read_text(encoding="utf-8")
     )
+
+
+def main(selected: list[str]) -> int:
+    scripts = benchmarks()
+    unknown = sorted(set(selected) - {p.stem for p in scripts})
+    if unknown:
+        print(f"no such benchmark: {', '.join(unknown)} "
+              f"(there are: {', '.join(p.stem for p in scripts)})", file=sys.stderr)
+        return 2
     if selected:
         scripts = [p for p in scripts if p.stem in selected]
     failed = []

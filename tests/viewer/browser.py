@@ -17,34 +17,19 @@ import pytest
 from tests.apply.helpers import REPO_ROOT, ouro_argv
 from tests.history.fleet import Fleet
 from tests.host import require
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000")
+from tests.viewer.chromium import CHROMEDRIVER, CHROMIUM, launch
+from tests.viewer.chromium import present as chromium_present
 
 
 def require_browser() -> None:
-    require(os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK),
-            "needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
-            "/usr/bin/chromedriver)")
+    require(chromium_present(), "needs Debian's chromium and chromium-driver "
+            f"({CHROMIUM}, {CHROMEDRIVER})")
 
 
 def chromium(profile: Path):  # type: ignore[no-untyped-def]
     """A headless Chromium with a fresh profile, through the system chromedriver."""
     require_browser()
-    os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium-manager sends nothing
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    return driver
+    return launch(profile)
 
 
 @pytest.fixture(scope="session")
