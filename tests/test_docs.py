@@ -52,3 +52,35 @@ def test_echo_is_described_as_it_behaves() -> None:
     assert reply.text == ""
     assert "`echo` answers every\nrequest with an empty reply" in SPEC_DOC
     assert "its own prompt" not in SPEC_DOC
+
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(document: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", document.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {_slug(m[1]) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_link_resolves(document: Path) -> None:
+    """A relative link names a file that exists, and an anchor a heading it has."""
+    text = re.sub(r"^```.*?^```", "", document.read_text(encoding="utf-8"), flags=re.M | re.S)
+    broken = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto: — not ours to check offline
+        path, _, anchor = target.partition("#")
+        place = (document.parent / path).resolve() if path else document
+        if not place.exists():
+            broken.append(f"{target}: no {place}")
+        elif anchor and place.suffix == ".md" and anchor not in _anchors(place):
+            broken.append(f"{target}: {place.name} has no heading #{anchor}")
+    assert not broken, f"{document.name}: " + "; ".join(broken)
