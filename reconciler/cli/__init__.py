@@ -90,7 +90,9 @@ def main() -> None:
     try:
         app()  # standalone: typer prints usage errors and exits with their code
     except OuroError as error:
-        print(str(error), file=sys.stderr)
+        from reconciler.report.escape import terminal
+
+        print(terminal(str(error)), file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("ouro: interrupted", file=sys.stderr)

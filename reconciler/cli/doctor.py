@@ -25,6 +25,7 @@ def doctor_command(
 ) -> None:
     """Check bubblewrap, Emacs and curl in the sandbox, the ceiling backends, API keys."""
     from reconciler.engine.doctor import ready, run_checks
+    from reconciler.report.escape import terminal
 
     variables: list[tuple[str, str]] = []
     specs = []
@@ -45,9 +46,9 @@ def doctor_command(
         raise DoctorUsage(f"ouro doctor: --executor {executor!r}: use local or slurm")
     for check in checks:
         mark = "ok " if check.ok else ("-- " if not check.required else "NO ")
-        print(f"{mark} {check.name}: {check.detail}")
+        print(terminal(f"{mark} {check.name}: {check.detail}"))
         if not check.ok and check.remedy:
-            print(f"    remedy: {check.remedy}")
+            print(terminal(f"    remedy: {check.remedy}"))
     verdict = ready(checks)
     where = "the cluster's node" if executor == "slurm" else "this host"
     print(f"ready: {where} can run generations" if verdict

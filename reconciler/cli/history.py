@@ -111,6 +111,7 @@ def export_command(
     state_dir: StateDir = None,
 ) -> None:
     """The per-generation table for pandas or R: one row per generation (docs/export.md)."""
+    from reconciler.report.escape import terminal
     from reconciler.report.history import EXPORT_FORMATS, export_text
 
     if fmt not in EXPORT_FORMATS:
@@ -121,7 +122,7 @@ def export_command(
         summaries.append(summary)
     for summary in summaries:
         for problem in summary.problems:
-            print(f"ouro export: {summary.name}: {problem}", file=sys.stderr)
+            print(terminal(f"ouro export: {summary.name}: {problem}"), file=sys.stderr)
     text = export_text(summaries, fmt)
     if out is None:
         sys.stdout.write(text)

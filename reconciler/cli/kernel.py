@@ -11,6 +11,7 @@ import typer
 
 from reconciler.cli.options import Json, StateDir
 from reconciler.errors import OuroError
+from reconciler.report.escape import terminal
 
 kernel_app = typer.Typer(
     name="kernel", no_args_is_help=True,
@@ -39,11 +40,12 @@ def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir
                     "kernels": [row.as_json() for row in rows]}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
-    print(f"kernel store {store.root}: {len(rows)} kernel(s)")
+    print(terminal(f"kernel store {store.root}: {len(rows)} kernel(s)"))
     for row in rows:
         state = f"DAMAGED: {row.damaged}" if row.damaged else _size(row.size)
-        print(f"  {row.fingerprint[:16]}  {', '.join(c[:12] for c in row.commits) or '—'}  "
-              f"{state}  lineages: {', '.join(row.lineages) or 'none known'}")
+        commits = ", ".join(c[:12] for c in row.commits) or "—"
+        print(terminal(f"  {row.fingerprint[:16]}  {commits}  "
+                       f"{state}  lineages: {', '.join(row.lineages) or 'none known'}"))
 
 
 @kernel_app.command("fetch")
@@ -68,7 +70,7 @@ def fetch_command(
         raise OuroError(f"ouro kernel fetch: no repository known for {commit}: pass --from "
                         "PATH, BUNDLE or URL")
     entry = fetch(default_store(state_dir), commit, where)
-    print(f"kernel {entry.fingerprint} of commit {entry.commit} is in {entry.path}")
+    print(terminal(f"kernel {entry.fingerprint} of commit {entry.commit} is in {entry.path}"))
 
 
 @kernel_app.command("prune")
@@ -85,7 +87,7 @@ def prune_command(
                     keep=instrument.fingerprint(), dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for row in removed:
-        print(f"{verb} {row.fingerprint[:16]} ({', '.join(c[:12] for c in row.commits)})")
+        print(terminal(f"{verb} {row.fingerprint[:16]} ({', '.join(c[:12] for c in row.commits)})"))
     print(f"{verb} {len(removed)} kernel(s)")
 
 

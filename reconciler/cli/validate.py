@@ -12,13 +12,14 @@ from reconciler.errors import SpecError
 
 def validate(paths: SpecPaths, state_dir: StateDir = None) -> None:
     """Load and check specs: exit 0 when all are valid, 1 with every problem on stderr."""
+    from reconciler.report.escape import terminal
     from reconciler.spec.load import load_specs
 
     try:
         loaded = load_specs(paths, state_dir=state_dir)
     except SpecError as error:
         for problem in error.problems:
-            print(problem, file=sys.stderr)
+            print(terminal(str(problem)), file=sys.stderr)
         files = len({problem.file for problem in error.problems})
         count = len(error.problems)
         print(

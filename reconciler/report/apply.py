@@ -8,6 +8,7 @@ from typing import Any
 
 from reconciler.engine.apply import LineageResult
 from reconciler.engine.session import ApplyOutcome
+from reconciler.report.escape import terminal
 from reconciler.report.render import FORMAT_VERSION
 
 KIND = "ouro-apply"  # with format_version, as in every JSON document ouro prints
@@ -59,4 +60,4 @@ def apply_summary(outcome: ApplyOutcome) -> str:
     if outcome.event_log_failed:
         lines.append(
             f"ouro: warning: the event log could not be written ({outcome.event_log_failed})")
-    return "\n".join(lines) + "\n"
+    return terminal("\n".join(lines) + "\n")

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from reconciler.report.calls import call_stops, failure_of
+from reconciler.report.escape import terminal
 from reconciler.report.physics import kernel_json, kernel_lines
 from reconciler.state.history import FileDiff, GenerationDetail
 from reconciler.state.ran_with import BornUnder, kernel_run
@@ -37,12 +38,11 @@ __all__ = [
 HISTORY_FORMAT_VERSION = 1
 EXPORT_FORMATS = ("csv", "jsonl")
 DEFAULT_TEXT_CHARS = 2000  # a prompt or reply shown by `ouro show` without --full
-_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0, 9), *range(11, 32), 127)}
 
 
 def safe(text: str) -> str:
-    """Hostile text made inert for a terminal: control characters escaped."""
-    return text.translate(_CONTROL)
+    """Hostile text made inert for a terminal (``reconciler.report.escape.terminal``)."""
+    return terminal(text)
 
 
 def _size(value: int | None) -> str:

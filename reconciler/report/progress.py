@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from reconciler.engine.apply import LineageResult
+from reconciler.report.escape import rich_text, terminal
 
 
 class PlainReporter:
@@ -28,7 +29,7 @@ class PlainReporter:
 
     def _say(self, text: str) -> None:
         with self._mutex:
-            print(text, file=self.stream, flush=True)
+            print(terminal(text), file=self.stream, flush=True)
 
     def lineage_started(self, name: str, done: int, desired: int) -> None:
         self._say(f"{name}: {done} of {desired} generations; running {desired - done}")
@@ -105,7 +106,8 @@ class LiveReporter(PlainReporter):
             generation = f"{row.running or row.done} of {row.desired}"
             outcomes = " ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "-"
             table.add_row(
-                name, generation, outcomes, f"${row.spend}", f"{end - row.started:.0f}s", row.state
+                rich_text(name), generation, rich_text(outcomes), f"${row.spend}",
+                f"{end - row.started:.0f}s", row.state
             )
         return table
 
@@ -114,7 +116,7 @@ class LiveReporter(PlainReporter):
 
     def _say(self, text: str) -> None:
         with self._mutex:
-            self.live.console.print(text)
+            self.live.console.print(rich_text(text))
 
     def lineage_started(self, name: str, done: int, desired: int) -> None:
         with self._mutex:

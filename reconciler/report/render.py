@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from reconciler.kernel.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernels import KernelChoice
+from reconciler.report.escape import markdown, markdown_code, rich_text
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -126,16 +127,10 @@ def _console(stream: IO[str] | None) -> Console:
     return Console(file=stream, highlight=False, soft_wrap=True, emoji=False)
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
-
 def print_plan(plan: Plan, stream: IO[str] | None = None) -> None:
     console = _console(stream)
     for line, style in plan_text(plan):
-        console.print(_escape(line), style=style)
+        console.print(rich_text(line), style=style)
 
 
 # ---------------------------------------------------------------- JSON
@@ -191,12 +186,12 @@ def plan_json(plan: Plan) -> str:
 
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return markdown(text)
 
 
 def _reasons_cell(item: LineagePlan) -> str:
     reasons: list[str | None] = [r.reason for r in item.refusals] or [item.reason]
-    return "<br>".join(f"`{reason}`" for reason in reasons)
+    return "<br>".join(markdown_code(reason) for reason in reasons)
 
 
 def _messages_cell(item: LineagePlan) -> str:
@@ -206,7 +201,7 @@ def _messages_cell(item: LineagePlan) -> str:
 
 def plan_markdown(plan: Plan) -> str:
     out = ["### ouro plan", "", f"**{summary_line(plan)}**", "",
-           f"Instrument `{plan.instrument.commit[:12]}`.", ""]
+           f"Instrument {markdown_code(plan.instrument.commit[:12])}.", ""]
     for action in _MARKDOWN_ORDER:
         items = [item for item in plan.lineages if item.action == action]
         if not items:
@@ -215,13 +210,13 @@ def plan_markdown(plan: Plan) -> str:
         out.append("")
         if action == "refuse":
             out += ["| lineage | reason | observed | what to do |", "|---|---|---:|---|"]
-            out += [f"| `{_cell(i.name)}` | {_reasons_cell(i)} | {i.observed_generations} | "
+            out += [f"| {markdown_code(i.name)} | {_reasons_cell(i)} | {i.observed_generations} | "
                     f"{_messages_cell(i)} |" for i in items]
         else:
             out += ["| lineage | observed | desired | missing | worst-case spend | changes |",
                     "|---|---:|---:|---:|---:|---|"]
             out += [
-                f"| `{_cell(i.name)}` | {i.observed_generations} | {i.desired_generations} | "
+                f"| {markdown_code(i.name)} | {i.observed_generations} | {i.desired_generations} | "
                 f"{i.missing_generations} | {_money(i.max_spend_usd)} | "
                 f"{_cell('; '.join(_change_text(c) for c in i.changes)) or '—'} |"
                 for i in items
@@ -287,33 +282,33 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         report = line.report
         outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
         deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
-        console.print(_escape(f"{line.name}: {report.generations} generations ({outcomes})"),
+        console.print(rich_text(f"{line.name}: {report.generations} generations ({outcomes})"),
                       style="bold")
         if line.running:
-            console.print(_escape(f"  {line.running}"), style="yellow")
+            console.print(rich_text(f"  {line.running}"), style="yellow")
         if line.labels:
-            console.print(_escape(f"  labels: {_labels(line.labels)}"))
+            console.print(rich_text(f"  labels: {_labels(line.labels)}"))
         places = line.places()
         if places is not None:
-            console.print(_escape(f"  worktree: {places['worktree']}"))
-            console.print(_escape(f"  git dir: {places['git_dir']}"))
-            console.print(_escape(f"  observations: {places['observations']}"))
+            console.print(rich_text(f"  worktree: {places['worktree']}"))
+            console.print(rich_text(f"  git dir: {places['git_dir']}"))
+            console.print(rich_text(f"  observations: {places['observations']}"))
         if deaths:
-            console.print(_escape(f"  deaths: {deaths}"))
+            console.print(rich_text(f"  deaths: {deaths}"))
         if report.model_failures:
-            console.print(_escape(f"  model failed in {report.model_failures} generation(s)"))
+            console.print(rich_text(f"  model failed in {report.model_failures} generation(s)"))
         last = report.last_model_failure
         if last is not None:
-            console.print(_escape(
+            console.print(rich_text(
                 f"  last generation (gen {last.get('generation')}): {last.get('message')} "
                 f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
                 style="red")
-        console.print(_escape(f"  accounted model spend: ${report.accounted_usd}"))
-        console.print(_escape(f"  last journal entry: {report.last_journal_heading or '—'}"))
-        console.print(_escape(f"  heads: lineage {report.lineage_head or '—'}, "
+        console.print(rich_text(f"  accounted model spend: ${report.accounted_usd}"))
+        console.print(rich_text(f"  last journal entry: {report.last_journal_heading or '—'}"))
+        console.print(rich_text(f"  heads: lineage {report.lineage_head or '—'}, "
                              f"observations {report.observation_head or '—'}"))
         if line.kernel is not None:
-            console.print(_escape(f"  kernel: {line.kernel.message}"),
+            console.print(rich_text(f"  kernel: {line.kernel.message}"),
                           style="red" if line.kernel.source is None else None)
         for problem in report.problems:
-            console.print(_escape(f"  problem: {problem}"), style="red")
+            console.print(rich_text(f"  problem: {problem}"), style="red")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.engine.verify import LineageReport, VerifyReport
+from reconciler.report.escape import terminal
 from reconciler.report.render import FORMAT_VERSION
 
 _WHY_UNKNOWN = {
@@ -50,7 +51,7 @@ def verify_text(report: VerifyReport) -> str:
     for lineage in report.lineages:
         lines.extend(_lineage_lines(lineage, report.outcome))
     lines.append(f"ouro verify: {report.status}")
-    return "\n".join(lines) + "\n"
+    return terminal("\n".join(lines) + "\n")
 
 
 def verify_json(report: VerifyReport) -> str:
