@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bring up a real single-node Slurm on this machine (as root), for CI and the tests.
+# Bring up a real single-node Slurm on this machine (as root), for a workstation (the tests
+# bring up a cluster of their own: tests/slurm/cluster.py).
 #
 # munged, slurmctld and slurmd of Debian's slurm-wlm, configured for this host's real
 # name, CPUs and memory (`slurmd -C`), process tracking by /proc (no cgroup plugin: the

@@ -1,9 +1,10 @@
-"""`ouro apply --executor slurm` on a real single-node Slurm (.ci/slurm-up.sh brings it up).
+"""`ouro apply --executor slurm` on a real single-node Slurm: the suite's own (conftest.py).
 
 Every lineage here runs as a real Slurm job (munged, slurmctld, slurmd), inside which the
 ordinary engine runs real generations (bwrap, cgroups, Emacs) on the shared state dir.
 The invariant checked after each story: N generation commits, N observations, no
-generation run twice, the audit consistent.
+generation run twice, the audit consistent. Every exit code is checked before stdout is
+read as JSON, showing stderr: a refusal fails with ouro's message, not a JSON error.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.engine.lockfs import TRUST_OVERRIDE_ENV, lock_trust
 from tests.apply.helpers import (
     assert_invariant,
     observation_numbers,
@@ -29,7 +31,6 @@ from tests.apply.helpers import (
     write_replies,
     write_spec,
 )
-from tests.host import require
 from tests.observe.builder import lineage_paths
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slurm, pytest.mark.slow]
@@ -37,21 +38,19 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slurm, pytest
 SLOW_BODY = '(progn (sleep-for {seconds}) (message "slow life"))\n'
 
 
-def _cluster_up() -> bool:
-    try:
-        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
-                              text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and any(
-        state.startswith(("idle", "mixed", "allocated", "completing"))
-        for state in done.stdout.split()
-    )
+def _document(result: subprocess.CompletedProcess[str], code: int) -> dict[str, Any]:
+    """apply's JSON report, once its exit code is the expected one (else: its stderr)."""
+    assert result.returncode == code, (
+        f"exit {result.returncode}, expected {code}\nstderr:\n{result.stderr}\n"
+        f"stdout:\n{result.stdout}")
+    return report(result)
 
 
-@pytest.fixture(autouse=True)
-def _slurm() -> None:
-    require(_cluster_up(), "a running Slurm cluster (run .ci/slurm-up.sh as root)")
+def _communicated(process: subprocess.Popen[str], code: int,
+                  timeout: float) -> dict[str, Any]:
+    out, err = process.communicate(timeout=timeout)
+    return _document(subprocess.CompletedProcess(process.args, process.returncode, out, err),
+                     code)
 
 
 def _with_executor(path: Path, settings: str = "time: 10m") -> Path:
@@ -109,8 +108,7 @@ def test_a_fleet_of_four_runs_as_four_jobs(specs: Path, env: dict[str, str],
     for index, name in enumerate(names):
         _with_executor(write_spec(specs, name, 2 + index % 2))
     result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    document = report(result)
-    assert result.returncode == 0, (document, result.stderr)
+    document = _document(result, 0)
     for index, name in enumerate(names):
         assert_invariant(lineage_paths(tmp_path / "state", name), 2 + index % 2)
         assert _generation_events(tmp_path, name) == list(range(1, 3 + index % 2))
@@ -126,7 +124,7 @@ def test_a_fleet_of_four_runs_as_four_jobs(specs: Path, env: dict[str, str],
     # a job whose result was read leaves no folder behind (a failed one keeps its log)
     assert not [job for job in jobs if (tmp_path / "state" / "slurm-jobs" / job).exists()]
     again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    assert again.returncode == 0, again.stderr
+    _document(again, 0)
     assert "submitted" not in again.stderr  # in sync: no job at all
 
 
@@ -153,9 +151,7 @@ def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
         _kill_outright(job)
     else:
         subprocess.run(["scancel", job], check=True, timeout=20)
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 1, err  # one lineage's job was cancelled: not in sync
-    document = report(subprocess.CompletedProcess([], 1, out, err))
+    document = _communicated(process, 1, 300)  # one lineage's job was cancelled: not in sync
     cut = next(item for item in document["lineages"] if item["name"] == "sl-cut")
     expected = "was cancelled (SIGTERM" if how == "TERM" else f"job {job} of sl-cut ended"
     assert any(expected in e for e in cut["errors"]), cut
@@ -163,8 +159,7 @@ def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
     assert_invariant(lineage_paths(tmp_path / "state", "sl-ok"), 2)
 
     again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    document = report(again)
-    assert again.returncode == 0, (document, again.stderr)
+    document = _document(again, 0)
     cut = next(item for item in document["lineages"] if item["name"] == "sl-cut")
     if how == "KILL":
         assert cut["recovered"], cut  # the killed attempt was recovered first
@@ -184,10 +179,7 @@ def test_two_submitting_applies_race_on_one_fleet(specs: Path, env: dict[str, st
                              text=True)
     second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    outputs = [p.communicate(timeout=400) for p in (first, second)]
-    assert first.returncode == 0, outputs[0][1]
-    assert second.returncode == 0, outputs[1][1]
-    documents = [report(subprocess.CompletedProcess([], 0, out, err)) for out, err in outputs]
+    documents = [_communicated(p, 0, 400) for p in (first, second)]
     for name in names:
         runs = [next(i for i in d["lineages"] if i["name"] == name)["generations_run"]
                 for d in documents]
@@ -209,8 +201,7 @@ def test_a_job_at_its_time_limit_stops_at_a_boundary_and_is_continued(
     _with_executor(spec, "time: 3m")
     result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env,
                       timeout=600)
-    document = report(result)
-    assert result.returncode == 0, (document, result.stderr)
+    document = _document(result, 0)
     paths = lineage_paths(tmp_path / "state", "sl-time")
     assert_invariant(paths, 5)
     requeued = [e for e in _events(tmp_path) if e["event"] == "job-requeued"]
@@ -239,8 +230,7 @@ def test_one_interrupt_detaches_and_the_job_goes_on(specs: Path, env: dict[str, 
     _wait_for(lambda: not (paths.git_dir.parent / "sl-det.git.ouro-lock.json").exists())
     assert_invariant(paths, 3)
     again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    assert again.returncode == 0, again.stderr
-    assert report(again)["lineages"][0]["generations_run"] == 0
+    assert _document(again, 0)["lineages"][0]["generations_run"] == 0
 
 
 def test_two_interrupts_cancel_the_jobs(specs: Path, env: dict[str, str],
@@ -262,7 +252,7 @@ def test_two_interrupts_cancel_the_jobs(specs: Path, env: dict[str, str],
     paths = lineage_paths(tmp_path / "state", "sl-stop")
     assert observation_numbers(paths) == [1]
     again = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    assert again.returncode == 0, again.stderr
+    _document(again, 0)
     assert_invariant(paths, 3)
 
 
@@ -271,7 +261,7 @@ def test_a_time_limit_too_short_for_one_generation_is_refused(
 ) -> None:
     _with_executor(write_spec(specs, "sl-short", 1), "time: 2m")
     result = run_ouro("apply", "--yes", "--executor", "slurm", str(specs), env=env)
-    assert result.returncode == 1
+    assert result.returncode == 1, result.stderr
     assert "spec.executor.slurm.time 120s is too short" in result.stderr
     assert f"{specs / 'sl-short.yaml'}:1" in result.stderr
     assert not (tmp_path / "state" / "sl-short.git").exists()
@@ -282,7 +272,7 @@ def test_an_unknown_partition_is_refused_naming_the_spec(
 ) -> None:
     _with_executor(write_spec(specs, "sl-part", 1), "time: 10m, partition: no-such-part")
     result = run_ouro("apply", "--yes", "--executor", "slurm", str(specs), env=env)
-    assert result.returncode == 1
+    assert result.returncode == 1, result.stderr
     assert f"{specs / 'sl-part.yaml'}:1: spec.executor.slurm.partition no-such-part" in (
         result.stderr)
     assert "Traceback" not in result.stderr
@@ -295,8 +285,7 @@ def test_sbatch_refusing_a_job_is_an_error_of_that_lineage(
     _with_executor(write_spec(specs, "sl-acct", 1), 'time: 10m, sbatch: ["--gres=nosuch:1"]')
     _with_executor(write_spec(specs, "sl-fine", 1))
     result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
-    assert result.returncode == 1
-    document = report(result)
+    document = _document(result, 1)
     bad = next(item for item in document["lineages"] if item["name"] == "sl-acct")
     assert any("sbatch refused the job of sl-acct" in e for e in bad["errors"]), bad
     assert "Traceback" not in result.stderr
@@ -316,8 +305,7 @@ def test_a_refused_key_is_probed_before_any_job_is_submitted(
         _with_executor(specs / "sl-key.yaml")
         result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs),
                           env=env)
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    (item,) = report(result)["lineages"]
+    (item,) = _document(result, 1)["lineages"]
     (error,) = item["errors"]
     assert VARIABLE in error and "nothing was created" in error
     assert KEY not in result.stdout + result.stderr
@@ -350,9 +338,7 @@ def test_a_preempted_job_is_requeued_and_continues(specs: Path, env: dict[str, s
     _wait_for(lambda: _started(tmp_path, "sl-pre", 2))
     job = next(e["executor_job"] for e in _events(tmp_path) if e["event"] == "job-submitted")
     subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=20)
-    out, err = process.communicate(timeout=400)
-    document = report(subprocess.CompletedProcess([], process.returncode, out, err))
-    assert process.returncode == 0, (document, err)
+    _communicated(process, 0, 400)
     paths = lineage_paths(tmp_path / "state", "sl-pre")
     assert_invariant(paths, 3)
     published = _generation_events(tmp_path, "sl-pre")
@@ -363,3 +349,59 @@ def test_a_preempted_job_is_requeued_and_continues(specs: Path, env: dict[str, s
     # one job id throughout: Slurm requeued the same job
     ran = {e["executor_job"] for e in _events(tmp_path) if e["event"] == "generation"}
     assert ran == {job}
+
+
+def test_a_one_node_cluster_whose_node_is_localhost_is_this_host(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The suite's node is called localhost, not by this host's name: it is this host all
+    the same, so a lock on a local filesystem holds and the fleet is not refused."""
+    shown = subprocess.run(["scontrol", "-o", "show", "node"], capture_output=True, text=True,
+                           timeout=20, check=True).stdout
+    assert shown.startswith("NodeName=localhost ") and "NodeAddr=127.0.0.1 " in shown, shown
+    assert lock_trust(tmp_path).scope == "host"  # not a cluster filesystem
+    env.pop(TRUST_OVERRIDE_ENV, None)
+    _with_executor(write_spec(specs, "sl-here", 1))
+    document = _document(run_ouro("apply", "--yes", "--json", "--executor", "slurm",
+                                  str(specs), env=env), 0)
+    assert document["lineages"][0]["generations_run"] == 1
+    assert_invariant(lineage_paths(tmp_path / "state", "sl-here"), 1)
+
+
+def test_a_refusal_with_json_prints_a_document(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    _with_executor(write_spec(specs, "sl-nowhere", 1), "time: 10m, partition: no-such-part")
+    result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs), env=env)
+    document = _document(result, 1)
+    message = f"{specs / 'sl-nowhere.yaml'}:1: spec.executor.slurm.partition no-such-part"
+    assert message in document["error"] and document["lineages"] == []
+    assert document["kind"] == "ouro-apply"
+    assert message in result.stderr  # and the message, as without --json
+    assert not (tmp_path / "state" / "sl-nowhere.git").exists()
+
+
+def test_a_jobs_model_failure_and_stop_come_back_to_the_report(
+    specs: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """What the job's engine knew of the lineage (its model failures, the last one, why it
+    stopped) reaches the submitting apply's report: nothing is lost on the way back."""
+    from tests.apply.test_model_failures import KEY, VARIABLE, paid_spec, route
+    from tests.fakes.provider_server import FakeProvider, openai_error
+
+    env[VARIABLE] = KEY
+    quota = openai_error(429, "insufficient_quota", "You exceeded your current quota, please "
+                         "check your plan and billing details.", "insufficient_quota")
+    with FakeProvider(route("openai", quota)) as fake:
+        paid_spec(specs, "sl-quota", "openai", fake.url + "/v1", 3)
+        _with_executor(specs / "sl-quota.yaml")
+        result = run_ouro("apply", "--yes", "--json", "--executor", "slurm", str(specs),
+                          env=env)
+    (item,) = _document(result, 1)["lineages"]
+    assert item["generations_run"] == 1 and item["stopped"] == "quota", item
+    assert item["model_failures"] == 1
+    assert item["last_model_failure"]["code"] == "quota"
+    assert any("stopped after gen 1" in error for error in item["errors"]), item
+    ran = [e for e in _events(tmp_path) if e["event"] == "generation"]
+    assert [e["executor_job"] for e in ran] and len(ran) == 1  # in a job, not here
+    assert_invariant(lineage_paths(tmp_path / "state", "sl-quota"), 1)
