@@ -5,7 +5,9 @@ whole flow: see its docstring), render its outcome, exit with its code. A new
 option is a field of ``ApplyRequest`` and one line in ``_request``.
 
 Streams: what apply produces (the plan, the summary of every lineage, or the JSON
-report) goes to stdout; progress, notes and the question go to stderr.
+report) goes to stdout; progress, notes and the question go to stderr. With ``--json``
+a refusal before any lineage ran is a JSON document too (its ``error``), and its
+message goes to stderr as always.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from reconciler.cli.options import Json, Select, StateDir
-from reconciler.errors import ApplyError
+from reconciler.errors import ApplyError, OuroError
 
 if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
+    from reconciler.engine.session import ApplyOutcome, ApplyRequest
     from reconciler.plan import Plan
+    from reconciler.report.progress import PlainReporter
 
 
 def _money(text: str | None) -> Decimal | None:
@@ -124,7 +128,7 @@ def apply_command(
     ] = "local",
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
-    from reconciler.engine.session import ApplyRequest, apply
+    from reconciler.engine.session import ApplyRequest
     from reconciler.report.apply import apply_json, apply_summary
     from reconciler.report.progress import LiveReporter, PlainReporter, SilentReporter
 
@@ -146,12 +150,27 @@ def apply_command(
         reporter = LiveReporter()
     else:
         reporter = PlainReporter()
-    outcome = apply(request, _Terminal(yes=yes, quiet=as_json), reporter)
+    outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
         sys.stdout.write(apply_summary(outcome))
     raise SystemExit(outcome.exit_code)
+
+
+def _applied(request: ApplyRequest, ui: _Terminal, reporter: PlainReporter, *,
+             as_json: bool) -> ApplyOutcome:
+    """apply's outcome; with ``--json`` a refusal is a document on stdout too (its message
+    still goes to stderr, as every error does)."""
+    from reconciler.engine.session import apply
+    from reconciler.report.apply import refusal_json
+
+    try:
+        return apply(request, ui, reporter)
+    except OuroError as error:
+        if as_json:
+            sys.stdout.write(refusal_json(str(error)))
+        raise
 
 
 def register(app: typer.Typer) -> None:

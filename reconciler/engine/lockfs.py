@@ -19,11 +19,17 @@ decide for NFS and Lustre; ``statfs``'s magic number would give only the type):
 
 ``OURO_TRUST_LOCKS=1`` overrides a refusal (for a filesystem the admin knows better,
 e.g. BeeGFS with ``tuneUseGlobalFileLocks``).
+
+A host-local lock is enough for a cluster all of whose nodes are this machine:
+:func:`is_this_host` tells, from a node's names and addresses (``localhost``, this
+host's name, or any name that resolves to an address of this machine).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -126,6 +132,37 @@ def lock_trust(path: Path, *, mountinfo: str | None = None) -> LockTrust:
     return LockTrust(where, fstype, point, scope, reason)
 
 
+def _local_address(address: str) -> bool:
+    """An address of this machine: loopback, or one a socket here can bind to."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if parsed.is_loopback:
+        return True
+    family = socket.AF_INET6 if parsed.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
+def is_this_host(name: str) -> bool:
+    """Whether the machine known by this name or address (a Slurm node's NodeAddr) is
+    this one: this host's name, or a name resolving to addresses of this machine only."""
+    if not name:
+        return False
+    if name in {socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}:
+        return True
+    try:
+        found = {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(_local_address(address) for address in found)
+
+
 def require_lock_scope(path: Path, needed: Scope, *, what: str) -> LockTrust:
     """Refuse to run where the lock would not exclude over ``needed`` (host or cluster)."""
     trust = lock_trust(path)
@@ -141,4 +178,5 @@ def require_lock_scope(path: Path, needed: Scope, *, what: str) -> LockTrust:
     )
 
 
-__all__ = ["TRUST_OVERRIDE_ENV", "LockTrust", "classify", "lock_trust", "require_lock_scope"]
+__all__ = ["TRUST_OVERRIDE_ENV", "LockTrust", "classify", "is_this_host", "lock_trust",
+           "require_lock_scope"]

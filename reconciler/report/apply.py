@@ -28,6 +28,14 @@ def apply_json(outcome: ApplyOutcome) -> str:
     return json.dumps(apply_document(outcome), indent=2, sort_keys=True) + "\n"
 
 
+def refusal_json(message: str) -> str:
+    """The JSON report of an apply refused before any lineage ran (bad specs, an
+    untrusted lock, an unknown partition, ...): no lineages, the message as ``error``."""
+    document = {"format_version": FORMAT_VERSION, "kind": KIND, "interrupted": False,
+                "stopped_by": None, "lineages": [], "error": message}
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
 def _lineage_lines(result: LineageResult) -> list[str]:
     """One lineage's outcome: where it is now, what ran, then its refusal, errors, audit."""
     counts = ", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items()))

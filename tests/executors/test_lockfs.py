@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
-from reconciler.engine.lockfs import TRUST_OVERRIDE_ENV, lock_trust, require_lock_scope
+from reconciler.engine.lockfs import (
+    TRUST_OVERRIDE_ENV,
+    is_this_host,
+    lock_trust,
+    require_lock_scope,
+)
 from reconciler.errors import LockError
 from tests.host import require
 
@@ -79,3 +85,15 @@ def test_a_host_local_filesystem_is_refused_for_a_cluster(
     assert require_lock_scope(tmp_path, "host", what="x").scope == "host"
     monkeypatch.setenv(TRUST_OVERRIDE_ENV, "1")
     assert require_lock_scope(tmp_path, "cluster", what="x").path == tmp_path.resolve()
+
+
+def test_this_host_is_known_by_its_names_and_addresses() -> None:
+    """A single-node cluster's node may be at localhost, at this host's name, or at an
+    address of this machine: each is this host (its lock holds)."""
+    assert is_this_host("localhost")
+    assert is_this_host(socket.gethostname())
+    assert is_this_host("127.0.0.1") and is_this_host("127.0.1.1") and is_this_host("::1")
+    # TEST-NET-1 (RFC 5737) is never an address of this machine: binding to it fails,
+    # nothing is sent
+    assert not is_this_host("192.0.2.7")
+    assert not is_this_host("")

@@ -23,12 +23,14 @@ import time
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from reconciler.engine.apply import Engine, Limits, LineageResult
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel.config import Identity
+from reconciler.plan import Refusal
+from reconciler.plan.planner import Reason
 
 REQUEST_FORMAT = "ouro-lineage-request/v1"
 RESULT_FORMAT = "ouro-lineage-result/v1"
@@ -204,12 +206,28 @@ def result_from_document(document: Any, name: str) -> tuple[LineageResult, str |
     result.spend_usd = Decimal(str(data.get("spend_usd", "0")))
     result.errors.extend(str(e) for e in data.get("errors", []))
     result.refusal = data.get("refusal")
+    result.refusals = _refusals(data.get("reasons"))
     result.recovered = data.get("recovered")
     result.final_action = data.get("final_action")
     result.final_generations = data.get("observed_generations")
     result.desired_generations = int(data.get("desired_generations", 0))
+    result.model_failures = int(data.get("model_failures") or 0)
+    failure = data.get("last_model_failure")
+    result.last_model_failure = failure if isinstance(failure, dict) else None
+    stopped_lineage = data.get("stopped")
+    result.stopped = stopped_lineage if isinstance(stopped_lineage, str) else None
     stopped = document.get("stopped_by")
     return result, stopped if isinstance(stopped, str) else None
+
+
+def _refusals(reasons: Any) -> tuple[Refusal, ...]:
+    """``as_json``'s ``reasons`` back as refusals (an unknown reason is kept as text)."""
+    if not isinstance(reasons, list):
+        return ()
+    return tuple(
+        Refusal(cast(Reason, str(item.get("reason"))), str(item.get("message", "")))
+        for item in reasons if isinstance(item, dict)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

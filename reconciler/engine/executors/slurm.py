@@ -38,7 +38,7 @@ from reconciler.engine.executors.request import (
     run_request,
     shortest_job,
 )
-from reconciler.engine.lockfs import Scope, require_lock_scope
+from reconciler.engine.lockfs import Scope, is_this_host, require_lock_scope
 from reconciler.errors import ApplyError
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
@@ -169,6 +169,18 @@ def partition_nodes(partition: str | None) -> set[str]:
     return set((_run(argv) or "").split())
 
 
+def all_this_host(nodes: set[str]) -> bool:
+    """Whether every one of these nodes is this machine: its NodeAddr (where slurmctld
+    reaches its slurmd, ``scontrol show node``; else its name) is this host. A node
+    called ``localhost``, or by this host's name, at 127.0.0.1 is."""
+    addresses = {node: node for node in nodes}
+    for line in (_run(["scontrol", "-o", "show", "node"]) or "").splitlines():
+        fields = dict(item.partition("=")[::2] for item in line.split())
+        if fields.get("NodeName") in addresses and fields.get("NodeAddr"):
+            addresses[fields["NodeName"]] = fields["NodeAddr"]
+    return all(is_this_host(address) for address in addresses.values())
+
+
 def _merge(total: LineageResult | None, part: LineageResult) -> LineageResult:
     if total is None:
         return part
@@ -177,7 +189,11 @@ def _merge(total: LineageResult | None, part: LineageResult) -> LineageResult:
     total.spend_usd += part.spend_usd
     total.errors.extend(part.errors)
     total.refusal = part.refusal or total.refusal
+    total.refusals = part.refusals or total.refusals
     total.recovered = total.recovered or part.recovered
+    total.model_failures += part.model_failures
+    total.last_model_failure = part.last_model_failure or total.last_model_failure
+    total.stopped = part.stopped or total.stopped
     return total
 
 
@@ -233,8 +249,7 @@ class SlurmExecutor:
                     "it has no nodes (`sinfo -s` lists them): nothing was submitted"
                 )
             nodes |= found
-        here = socket.gethostname().split(".")[0]
-        needed: Scope = "host" if nodes and nodes <= {here} else "cluster"
+        needed: Scope = "host" if nodes and all_this_host(nodes) else "cluster"
         for spec, _ in runnable:
             require_lock_scope(
                 spec.paths().git_dir.parent, needed, what=f"lineage {spec.name} ({spec.where})"
