@@ -78,6 +78,7 @@ class Service:
         self.max_audited_bytes: int | None = limits.get("max_audited_bytes")
         self.audited_bytes = 0
         self.refused = 0
+        self.in_flight: int | None = None  # the request being served, until it is answered
 
     def over_ceiling(self) -> bool:
         """Is the generation past its ceiling on audited requests or audited bytes?"""
@@ -109,7 +110,27 @@ class Service:
         os.fsync(self.audit.fileno())
 
     def serve(self, headers: dict[str, str], read_body: Any) -> tuple[int, bytes]:
-        """One /generate request: (status, body). Every request is audited.
+        """One /generate request: (status, body). Every request is audited, one that a
+        broker bug ended too (``fail_in_flight``)."""
+        self.in_flight = None
+        answer = self._serve(headers, read_body)
+        self.in_flight = None
+        return answer
+
+    def fail_in_flight(self, exc: BaseException) -> None:
+        """Close the audit of a request a broker bug ended: a 502 naming the error, never
+        left ``interrupted`` with the cause only in the broker's (deleted) log. Its spend
+        stays the worst case its pending record holds."""
+        if self.in_flight is None:
+            return
+        detail = f"internal_error: {type(exc).__name__}: {exc}"
+        self.write({"schema": MODEL_CALL_SCHEMA, "request_index": self.in_flight,
+                    "http_status": 502, "error": ERRORS[502],
+                    "error_detail": detail.encode("utf-8", "replace").decode()[:500]})
+        self.in_flight = None
+
+    def _serve(self, headers: dict[str, str], read_body: Any) -> tuple[int, bytes]:
+        """``serve``'s body.
 
         Longer than 80 lines because the request's checks run in the order the
         contract lists them, each refusal filling the same audit record; split, the
@@ -122,6 +143,7 @@ class Service:
             return self.refuse_over_ceiling(
                 _positive_int(headers.get("content-length"), allow_zero=True), read_body)
         self.index += 1
+        self.in_flight = self.index
         self.reply_headers = {}
         clock = time.monotonic()
         record: dict[str, Any] = {
@@ -298,6 +320,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise  # the organism hung up or stalled; nothing to answer
         except Exception as exc:  # a broker bug must not take the generation's audit with it
             sys.stderr.write(f"broker: internal error: {type(exc).__name__}: {exc}\n")
+            with contextlib.suppress(Exception):
+                self.server.service.fail_in_flight(exc)
             status, body = 502, b"model unavailable\n"
             self.server.service.reply_headers = {}
         self._reply(status, body, self.server.service.reply_headers if status == 200 else None)

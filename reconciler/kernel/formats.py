@@ -280,14 +280,19 @@ def usd_amount(value: object) -> Decimal | None:
 def call_spend(call: object) -> Decimal:
     """What one ``model_calls`` record cost: its ``accounted_usd``; when that is unknown
     (null, absent or not an amount), its ``reserved_usd`` (a request whose usage is
-    unknown keeps its worst case); 0 when neither is known."""
+    unknown keeps its worst case); 0 when neither is known. A call flagged
+    ``usage_exceeds_request`` costs at most its ``reserved_usd``: a usage no request
+    could cost is not spend (a broker before physics release 2 accounted it as
+    reported, 10^4000 tokens included)."""
     if not isinstance(call, Mapping):
         return Decimal(0)
-    for key in ("accounted_usd", "reserved_usd"):
-        amount = usd_amount(call.get(key))
-        if amount is not None:
-            return amount
-    return Decimal(0)
+    accounted = usd_amount(call.get("accounted_usd"))
+    reserved = usd_amount(call.get("reserved_usd"))
+    if accounted is None:
+        return reserved if reserved is not None else Decimal(0)
+    if call.get("usage_exceeds_request") is True and reserved is not None:
+        return min(accounted, reserved)
+    return accounted
 
 
 def calls_spend(calls: object) -> Decimal:

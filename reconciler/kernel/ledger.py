@@ -4,9 +4,11 @@ Rule: money is ``Decimal`` and spend can never exceed the budget. Before every
 provider attempt the worst case is reserved (prompt tokens estimated from above
 as one token per prompt byte plus a fixed framing allowance, plus every
 requested output token, at the configured prices); what cannot fit is refused.
-An attempt is then settled: at its reported usage when there is one, at nothing
-when the provider certainly produced nothing billable (it was never reached, or
-it answered with an error status), and otherwise at the full reservation.
+An attempt is then settled: at its reported usage when there is one (never at
+more than its reservation: a usage beyond what the request could cost is
+clamped to its worst case), at nothing when the provider certainly produced
+nothing billable (it was never reached, or it answered with an error status),
+and otherwise at the full reservation.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class Usage:
     def cost(self, price: Price) -> Decimal:
         return price.worst_case(self.input_tokens, self.output_tokens)
 
+    def clamped(self, input_tokens: int, output_tokens: int) -> Usage:
+        """This usage, each count at most the given bound (what a request could cost)."""
+        return Usage(min(self.input_tokens, input_tokens), min(self.output_tokens, output_tokens))
+
     def as_record(self) -> dict[str, int]:
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
 
@@ -85,14 +91,14 @@ class Ledger:
     def settle(self, reservation: Reservation, *, usage: Usage | None, billable: bool) -> Decimal:
         """Close a reservation; returns what the attempt is accounted at.
 
-        ``usage`` known: its cost. Unknown and ``billable`` (a response or a
+        ``usage`` known: its cost, at most the reservation. Unknown and ``billable`` (a response or a
         timeout whose billing we cannot see): the whole reservation, no refund.
         Unknown and not billable (never reached the provider, or an error status):
         nothing.
         """
         self.reserved -= reservation.amount
         if usage is not None:
-            charged = usage.cost(self.price)
+            charged = min(usage.cost(self.price), reservation.amount)
         elif billable:
             charged = reservation.amount
         else:

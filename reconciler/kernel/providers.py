@@ -15,7 +15,17 @@ Wire formats: ``anthropic`` (Messages API), ``openai`` (Responses API),
 URL as its provider's SDK spells it (``https://api.anthropic.com``,
 ``https://api.openai.com/v1``). Every reply's stop reason is read
 (``stop_reason``, Responses ``status``/``incomplete_details``, ``finish_reason``)
-and a reply cut off at the output-token limit is ``truncated``. Offline:
+and a reply cut off at the output-token limit is ``truncated``.
+
+Bounded before it is allocated (the broker is a host process outside every
+cgroup): a reply is asked for in identity encoding and read raw, never
+inflated; one in any other ``Content-Encoding`` (``gzip``, stacked ``gzip,
+gzip``, ...) is refused unread, and what is read stops at
+``MAX_RESPONSE_BYTES``. A reply whose JSON nests deeper than the reader allows,
+whose text is not valid Unicode (a lone surrogate escape) or whose numbers do
+not parse is a ``malformed_response`` naming the cause. A reported usage
+beyond what the request could cost is accounted at the request's worst case
+(clamped) and flagged ``usage_exceeds_request``. Offline:
 ``replay`` (a folder of responses, one per successful request, in name order,
 counted across the lineage) and ``echo`` (always an empty reply).
 """
@@ -379,7 +389,9 @@ class HttpProvider:
         self.config = model
         self.wire = WIRE_FORMATS[model.provider]
         self.url = base_url(model) + self.wire.path
-        self.headers = {"content-type": "application/json", **self.wire.headers(api_key)}
+        # identity only: a compressed reply is never inflated here (module docstring)
+        self.headers = {"content-type": "application/json", "accept-encoding": IDENTITY,
+                        **self.wire.headers(api_key)}
         self.secret = api_key
         self.client = httpx.Client(trust_env=False, follow_redirects=False,
                                    transport=httpx.HTTPTransport(retries=0))
@@ -401,32 +413,28 @@ class HttpProvider:
         try:
             with self.client.stream("POST", self.url, content=body, headers=self.headers,
                                     timeout=httpx.Timeout(timeout)) as response:
-                data = bytearray()
-                for chunk in response.iter_bytes():
-                    data += chunk
-                    if time.monotonic() > deadline:
-                        raise ProviderFailure("timeout", "the response outlasted the timeout",
-                                              retryable=True, billable=True,
-                                              http_status=response.status_code)
-                    if len(data) > MAX_RESPONSE_BYTES:
-                        raise ProviderFailure("response_too_large",
-                                              f"more than {MAX_RESPONSE_BYTES} bytes",
-                                              retryable=False, billable=True,
-                                              http_status=response.status_code)
                 status, headers = response.status_code, dict(response.headers)
+                encoding = _encoding(response.headers.get_list("content-encoding"))
+                data = b"" if encoding else _read_raw(response, deadline)
         except httpx.HTTPError as exc:
             raise classify(exception=exc, secret=self.secret) from exc
+        if encoding and status != 200:  # the status still says what went wrong
+            raise classify(status=status, headers=headers, secret=self.secret,
+                           body=f"(a body in {encoding} encoding, not read)".encode())
+        if encoding:
+            raise ProviderFailure(
+                "malformed_response",
+                f"the reply is in {encoding} encoding, not the identity encoding asked for "
+                "(the broker inflates nothing)"[:DETAIL_CHARS],
+                retryable=False, billable=True, http_status=status)
         if status != 200:
-            raise classify(status=status, headers=headers, body=bytes(data), secret=self.secret)
-        try:
-            payload = json.loads(bytes(data).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ProviderFailure("malformed_response",
-                                  redact(f"not JSON: {exc}", self.secret)[:DETAIL_CHARS],
-                                  retryable=False, billable=True, http_status=status) from exc
+            raise classify(status=status, headers=headers, body=data, secret=self.secret)
+        payload = _parse_json(data, status, self.secret)
         usage = self.wire.usage(payload)
         text = self.wire.text(payload)
         stop = self.wire.stop(payload)
+        _check_text(status, text=text, stop_reason=stop.reason,
+                    provider_status=stop.provider_status)
         if not text:
             detail = "the response carries no text"
             if stop.reason:
@@ -437,6 +445,67 @@ class HttpProvider:
 
     def close(self) -> None:
         self.client.close()
+
+
+IDENTITY = "identity"
+
+
+def _encoding(values: list[str]) -> str | None:
+    """The reply's content coding when it is not identity (every header and every
+    comma-separated layer counted, so ``gzip, gzip`` is named whole), else None."""
+    layers = [layer.strip().lower() for value in values for layer in value.split(",")]
+    layers = [layer for layer in layers if layer]
+    if all(layer == IDENTITY for layer in layers):
+        return None
+    return ", ".join(layers)[:100]
+
+
+def _read_raw(response: Any, deadline: float) -> bytes:
+    """The body's bytes as sent, stopping past ``MAX_RESPONSE_BYTES`` or the deadline.
+
+    Raw: httpx's decoders never run, so nothing grows beyond what the wire carried."""
+    data = bytearray()
+    for chunk in response.iter_raw():
+        data += chunk
+        if time.monotonic() > deadline:
+            raise ProviderFailure("timeout", "the response outlasted the timeout",
+                                  retryable=True, billable=True,
+                                  http_status=response.status_code)
+        if len(data) > MAX_RESPONSE_BYTES:
+            raise ProviderFailure("response_too_large", f"more than {MAX_RESPONSE_BYTES} bytes",
+                                  retryable=False, billable=True,
+                                  http_status=response.status_code)
+    return bytes(data)
+
+
+def _parse_json(data: bytes, status: int, secret: str | None) -> Any:
+    """A success body's JSON; ``malformed_response`` naming why it is not JSON ouro reads."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError as exc:  # the C reader's own depth limit: nothing deep is allocated
+        raise ProviderFailure("malformed_response",
+                              "the JSON nests deeper than the broker reads",
+                              retryable=False, billable=True, http_status=status) from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # also an integer of > 4300 digits
+        raise ProviderFailure("malformed_response",
+                              redact(f"not JSON: {exc}", secret)[:DETAIL_CHARS],
+                              retryable=False, billable=True, http_status=status) from exc
+
+
+def _check_text(status: int, **fields: str | None) -> None:
+    """Every text taken from a reply must be valid Unicode: JSON can spell a lone
+    surrogate (``"\\ud800"``) that no UTF-8 writer downstream could encode."""
+    for name, value in fields.items():
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProviderFailure(
+                "malformed_response",
+                f"the reply's {name.replace('_', ' ')} is not valid Unicode: {exc.reason} "
+                f"at character {exc.start}",
+                retryable=False, billable=True, http_status=status) from exc
 
 
 def replay_files(folder: Path) -> list[Path]:
@@ -554,10 +623,12 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
     providers (replay, echo) never reach a paid service: their attempts settle at zero.
     ``on_retry(event)`` hears of each retry before its wait (attempt, of, error,
     http_status, wait_seconds). A usage above what the request could have cost
-    is settled as reported and flagged (``usage_exceeds_request``).
+    is recorded as reported, accounted clamped to the request's bounds (its worst
+    case) and flagged (``usage_exceeds_request``).
     """
     result = RequestResult()
     deadline = time.monotonic() + timeout_seconds
+    bounds = (estimate_prompt_tokens(prompt_bytes), max_tokens)  # the most it could cost
 
     def one_attempt() -> Completion:
         reservation = ledger.reserve(prompt_bytes, max_tokens)
@@ -578,7 +649,7 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
                 raise ProviderFailure("internal_error", _describe(exc), retryable=False,
                                       billable=True) from exc
         except ProviderFailure as failure:
-            _settle(entry, ledger, reservation, failure.usage,
+            _settle(entry, ledger, reservation, failure.usage, bounds,
                     billable=failure.billable and not offline, result=result)
             _check_usage(entry, failure.usage, prompt_bytes, max_tokens, result)
             entry.update(duration_ms=_ms(clock), http_status=failure.http_status,
@@ -586,7 +657,7 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
                          retryable=failure.retryable, retry_after_seconds=failure.retry_after)
             result.attempts.append(entry)
             raise
-        _settle(entry, ledger, reservation, completion.usage, billable=not offline,
+        _settle(entry, ledger, reservation, completion.usage, bounds, billable=not offline,
                 result=result)
         _check_usage(entry, completion.usage, prompt_bytes, max_tokens, result)
         entry.update(duration_ms=_ms(clock), http_status=200, error=None, detail=None,
@@ -625,8 +696,12 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
 
 
 def _settle(entry: dict[str, Any], ledger: Ledger, reservation: Reservation,
-            usage: Usage | None, *, billable: bool, result: RequestResult) -> None:
-    charged = ledger.settle(reservation, usage=usage, billable=billable)
+            usage: Usage | None, bounds: tuple[int, int], *, billable: bool,
+            result: RequestResult) -> None:
+    """Account the attempt: its usage as reported, clamped to ``bounds`` (input, output
+    tokens the request could cost) for the ledger, so no reported number is spend."""
+    accounted = usage.clamped(*bounds) if usage is not None else None
+    charged = ledger.settle(reservation, usage=accounted, billable=billable)
     result.accounted += charged
     entry.update(usage=usage.as_record() if usage else None,
                  reserved_usd=usd_text(reservation.amount), accounted_usd=usd_text(charged))
