@@ -4,11 +4,10 @@ Rule: money is ``Decimal`` and spend can never exceed the budget. Before every
 provider attempt the worst case is reserved (prompt tokens estimated from above
 as one token per prompt byte plus a fixed framing allowance, plus every
 requested output token, at the configured prices); what cannot fit is refused.
-An attempt is then settled: at its reported usage when there is one (never at
-more than its reservation: a usage beyond what the request could cost is
-clamped to its worst case), at nothing when the provider certainly produced
-nothing billable (it was never reached, or it answered with an error status),
-and otherwise at the full reservation.
+An attempt is then settled: at the usage it is given (the broker clamps a
+reported usage to what the request could cost first), at nothing when the
+provider certainly produced nothing billable (it was never reached, or it
+answered with an error status), and otherwise at the full reservation.
 """
 
 from __future__ import annotations
@@ -91,14 +90,14 @@ class Ledger:
     def settle(self, reservation: Reservation, *, usage: Usage | None, billable: bool) -> Decimal:
         """Close a reservation; returns what the attempt is accounted at.
 
-        ``usage`` known: its cost, at most the reservation. Unknown and ``billable`` (a response or a
+        ``usage`` known: its cost. Unknown and ``billable`` (a response or a
         timeout whose billing we cannot see): the whole reservation, no refund.
         Unknown and not billable (never reached the provider, or an error status):
         nothing.
         """
         self.reserved -= reservation.amount
         if usage is not None:
-            charged = min(usage.cost(self.price), reservation.amount)
+            charged = usage.cost(self.price)
         elif billable:
             charged = reservation.amount
         else:

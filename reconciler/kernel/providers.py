@@ -601,12 +601,6 @@ class RequestResult:
     usage_exceeds_request: bool = False  # a reported usage the request could not have cost
 
 
-def usage_exceeds_request(usage: Usage | None, prompt_bytes: int, max_tokens: int) -> bool:
-    """More input than the prompt's bytes allow, or more output than was granted."""
-    return usage is not None and (usage.input_tokens > estimate_prompt_tokens(prompt_bytes)
-                                  or usage.output_tokens > max_tokens)
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -651,7 +645,6 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
         except ProviderFailure as failure:
             _settle(entry, ledger, reservation, failure.usage, bounds,
                     billable=failure.billable and not offline, result=result)
-            _check_usage(entry, failure.usage, prompt_bytes, max_tokens, result)
             entry.update(duration_ms=_ms(clock), http_status=failure.http_status,
                          error=failure.reason, detail=failure.detail,
                          retryable=failure.retryable, retry_after_seconds=failure.retry_after)
@@ -659,7 +652,6 @@ def run_request(provider: Provider, *, prompt: str, prompt_bytes: int, max_token
             raise
         _settle(entry, ledger, reservation, completion.usage, bounds, billable=not offline,
                 result=result)
-        _check_usage(entry, completion.usage, prompt_bytes, max_tokens, result)
         entry.update(duration_ms=_ms(clock), http_status=200, error=None, detail=None,
                      retryable=None, retry_after_seconds=None,
                      stop_reason=completion.stop_reason, truncated=completion.truncated)
@@ -699,8 +691,12 @@ def _settle(entry: dict[str, Any], ledger: Ledger, reservation: Reservation,
             usage: Usage | None, bounds: tuple[int, int], *, billable: bool,
             result: RequestResult) -> None:
     """Account the attempt: its usage as reported, clamped to ``bounds`` (input, output
-    tokens the request could cost) for the ledger, so no reported number is spend."""
+    tokens the request could cost) for the ledger, so no reported number is spend; a
+    usage beyond them is flagged (``usage_exceeds_request``)."""
     accounted = usage.clamped(*bounds) if usage is not None else None
+    if usage is not None and accounted != usage:
+        entry["usage_exceeds_request"] = True
+        result.usage_exceeds_request = True
     charged = ledger.settle(reservation, usage=accounted, billable=billable)
     result.accounted += charged
     entry.update(usage=usage.as_record() if usage else None,
@@ -715,13 +711,6 @@ def _wait(state: tenacity.RetryCallState) -> float:
     if isinstance(failure, ProviderFailure) and failure.retry_after is not None:
         seconds = max(seconds, failure.retry_after) if failure.retry_after > 0 else 0.0
     return seconds
-
-
-def _check_usage(entry: dict[str, Any], usage: Usage | None, prompt_bytes: int,
-                 max_tokens: int, result: RequestResult) -> None:
-    if usage_exceeds_request(usage, prompt_bytes, max_tokens):
-        entry["usage_exceeds_request"] = True
-        result.usage_exceeds_request = True
 
 
 def _ms(since: float) -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from reconciler.kernel.broker import BUDGET_BODY, TRUNCATED_HEADER, Broker
 from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
+from reconciler.kernel.ledger import PROMPT_FRAMING_TOKENS
 from tests.fakes.broker_client import exchange, post, start_broker
 from tests.fakes.provider_server import (
     FakeProvider,
@@ -110,6 +111,8 @@ def test_the_402_body_says_the_original_words(tmp_path: Path) -> None:
 )
 def test_usage_beyond_what_the_request_could_cost_is_recorded_as_reported_and_flagged(
         tmp_path: Path, usage: tuple[int, int], flagged: bool) -> None:
+    """Accounted clamped to what the request could cost (physics release 2; issue 24:
+    a broker before it accounted such a usage as reported)."""
     with FakeProvider(script(chat_ok("ok", *usage))) as fake:
         broker = start_broker(tmp_path, model("openai-compatible", fake.url,
                                               budget_usd=Decimal("100")))
@@ -118,7 +121,10 @@ def test_usage_beyond_what_the_request_could_cost_is_recorded_as_reported_and_fl
     (call,) = report.model_calls
     assert call["usage"] == {"input_tokens": usage[0], "output_tokens": usage[1]}
     assert call["usage_exceeds_request"] is flagged
-    assert Decimal(call["accounted_usd"]) == PRICE.worst_case(*usage)  # as reported
+    bounds = (len("p") + PROMPT_FRAMING_TOKENS, 100)  # the most the request could cost
+    clamped = (min(usage[0], bounds[0]), min(usage[1], bounds[1]))
+    assert Decimal(call["accounted_usd"]) == PRICE.worst_case(*clamped)
+    assert Decimal(call["accounted_usd"]) <= Decimal(call["reserved_usd"])
 
 
 @pytest.mark.parametrize("offset", [480, 495, 499, 4090], ids=["before", "across", "at", "far"])

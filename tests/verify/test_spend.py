@@ -18,6 +18,7 @@ import pytest
 from reconciler.kernel import formats
 from reconciler.state.audit import accounted_spend, audit_lineage
 from reconciler.state.observe import observe, read_status
+from tests.plan.original import peer
 from tests.verify.test_audit import fixture_paths
 
 
@@ -103,3 +104,23 @@ def test_the_rule_itself() -> None:
     assert spend([{"accounted_usd": True}, {"accounted_usd": "-1"}, {"accounted_usd": "NaN"}]) == 0
     assert spend([{}, "junk", None]) == 0 and spend(None) == 0 and spend("x") == 0
     assert spend([{"accounted_usd": "0.1"}] * 3) == Decimal("0.3")
+
+
+
+def test_an_absurd_usage_recorded_before_release_2_is_not_spend_for_ever(tmp_path: Path) -> None:
+    """A broker before physics release 2 accounted a usage of 10^4000 tokens as reported,
+    and verify found that lineage overspent for ever. The call is flagged, so it costs its
+    reservation (the most it could cost): status and verify agree and find nothing."""
+    reported = format(Decimal(10 ** 4000) * Decimal(3) / Decimal(10**6), "f")
+    absurd = {"schema": "ouroboros-model-call/v1", "http_status": 200,
+              "usage": {"input_tokens": 10 ** 4000, "output_tokens": 5},
+              "usage_exceeds_request": True, "reserved_usd": "0.40", "accounted_usd": reported}
+    builder = peer(tmp_path)
+    builder.gen("changed", calls=[absurd], usage_exceeds_request=True)
+    builder.gen("no-change")
+    status = read_status(builder.paths, observe(builder.paths))
+    audit = audit_lineage(builder.paths, "peer")
+    assert (audit.status, audit.findings) == ("consistent", ())
+    assert Decimal(status.accounted_usd) == Decimal("0.90")  # peer's two calls of 0.25, and 0.40
+    # unflagged, the same amount is spend: the flag is what clamps it
+    assert formats.calls_spend([dict(absurd, usage_exceeds_request=False)]) == Decimal(reported)
