@@ -86,6 +86,19 @@ def check_backend(backend: str) -> Check:
     return Check(f"ceilings: {backend}", True, "limits set and read back", required=False)
 
 
+def auto_backend(backends: Sequence[Check]) -> Check:
+    """The backend ``enforcement: auto`` would use here: of the backend checks, in auto's
+    order (systemd, cgroup2, cgroup1), the first that put the ceilings in force."""
+    order = ", ".join(check.name.removeprefix("ceilings: ") for check in backends)
+    for check in backends:
+        if check.ok:
+            chosen = check.name.removeprefix("ceilings: ")
+            return Check("ceilings by enforcement: auto", True,
+                         f"{chosen} (auto tries {order}; the first that works)", required=False)
+    return Check("ceilings by enforcement: auto", False, f"none of {order} works here",
+                 required=False)
+
+
 def check_life() -> Check:
     """One real life: bwrap, the ceilings (auto), Emacs and curl inside."""
     from reconciler.kernel.sandbox import run_sandbox
@@ -163,7 +176,7 @@ def run_checks(key_variables: Sequence[tuple[str, str]] = (),
     bwrap = check_program("bwrap")
     checks = [check_python(), bwrap, check_program("emacs"), check_program("curl")]
     backends = [check_backend(name) for name in ENFORCEMENTS if name != "auto"]
-    checks += backends
+    checks += [*backends, auto_backend(backends)]
     if not any(check.ok for check in backends):
         checks.append(Check("ceilings", False, "no backend can put the ceilings in force",
                             "run as root with writable cgroups, or under a systemd user "

@@ -30,6 +30,40 @@ def test_this_host_is_ready_and_says_how() -> None:
     assert "ok  ceilings: cgroup1: limits set and read back" in result.stdout
 
 
+@pytest.mark.cgroup
+def test_doctor_names_the_backend_auto_uses_here() -> None:
+    """The line says what a generation's `enforcement: auto` really gets on this host."""
+    from reconciler.kernel.ceilings import open_scope
+    from reconciler.kernel.config import Ceilings
+    from reconciler.kernel.errors import CeilingError
+    from tests.host import require
+
+    try:
+        scope = open_scope(Ceilings(enforcement="auto"), f"test-doctor-auto.{os.getpid()}")
+    except CeilingError as error:
+        require(False, f"needs a ceilings backend: {error}")
+        raise
+    scope.close()
+    result = _doctor(env=dict(os.environ))
+    line = [x for x in result.stdout.splitlines() if "ceilings by enforcement: auto" in x]
+    assert line == [f"ok  ceilings by enforcement: auto: {scope.backend} (auto tries systemd, "
+                    "cgroup2, cgroup1; the first that works)"], result.stdout
+
+
+def test_auto_backend_is_the_first_that_works_in_autos_order() -> None:
+    from reconciler.engine.doctor import Check, auto_backend
+
+    def backends(*ok: bool) -> list[Check]:
+        return [Check(f"ceilings: {name}", good, "") for name, good in
+                zip(("systemd", "cgroup2", "cgroup1"), ok, strict=True)]
+
+    assert auto_backend(backends(False, True, True)).detail.startswith("cgroup2 ")
+    assert auto_backend(backends(True, False, True)).detail.startswith("systemd ")
+    assert auto_backend(backends(False, False, True)).detail.startswith("cgroup1 ")
+    none = auto_backend(backends(False, False, False))
+    assert not none.ok and not none.required
+
+
 def test_missing_programs_are_named_with_the_remedy(tmp_path: Path) -> None:
     env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH
     result = _doctor(env=env)
