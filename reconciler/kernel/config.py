@@ -13,6 +13,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from . import confinement
+
 PROVIDERS = ("anthropic", "openai", "openai-compatible", "replay", "echo")
 OFFLINE_PROVIDERS = ("replay", "echo")
 ENFORCEMENTS = ("auto", "systemd", "cgroup2", "cgroup1")
@@ -180,4 +182,6 @@ def constraints_manifest(ceilings: Ceilings, model: ModelConfig) -> dict[str, An
             "supported_objects": ["directory", "regular_file", "symlink"],
             "speculative_writes_discarded_on_failure": True,
         },
+        # physics release 2: the seccomp filter, the fresh keyring, the per-life counts
+        "sandbox": confinement.disclosure(),
     }

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import confinement, keyring, seccomp_bpf
 from .ceilings import Accounting, Scope, open_scope
 from .config import Ceilings
 from .errors import PreflightError
@@ -87,8 +88,17 @@ def _usr_links() -> list[str]:
     return args
 
 
-def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
-    """The complete command line of one life, runner included."""
+def bwrap_argv(
+    *, kernel_dir: Path, ceilings: Ceilings, seccomp_fd: int | None = None,
+    own_devpts: bool = False,
+) -> list[str]:
+    """bwrap's command line for one life, runner included.
+
+    ``seccomp_fd``: a descriptor holding the filter's BPF (``--seccomp``).
+    ``own_devpts``: bind the life's own devpts instance, which ``confinement.PRELUDE``
+    mounted at /dev/pts in the life's own mount namespace, over bwrap's -- only ever
+    together with that prelude (``life_argv``): without it, /dev/pts is the host's.
+    """
     args = [_bwrap(), "--clearenv", "--setenv", "HOME", WORK, "--setenv", "PATH", SANDBOX_PATH]
     args += ["--ro-bind", "/usr", "/usr", *_usr_links()]
     for path in ETC_BINDS:
@@ -101,6 +111,8 @@ def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
     ):
         args += ["--size", str(size), "--tmpfs", mount]
     args += ["--proc", "/proc", "--dev", "/dev"]
+    if own_devpts:
+        args += ["--dev-bind", "/dev/pts", "/dev/pts"]
     args += ["--ro-bind", str(kernel_dir), KERNEL_MOUNT]
     # bwrap's own root and its /dev are unbounded tmpfs: once every mount point and device
     # node exists, make both read-only, so /work, /tmp and /run are the only (bounded)
@@ -111,9 +123,19 @@ def bwrap_argv(*, kernel_dir: Path, ceilings: Ceilings) -> list[str]:
         "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
         "--cap-drop", "ALL", "--die-with-parent", "--new-session",
         "--chdir", WORK,
-        "--", "/bin/sh", f"{KERNEL_MOUNT}/runner.sh",
     ]
-    return args
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return [*args, "--", "/bin/sh", f"{KERNEL_MOUNT}/runner.sh"]
+
+
+def life_argv(*, kernel_dir: Path, ceilings: Ceilings, seccomp_fd: int) -> list[str]:
+    """The complete command line of one life of physics release 2: the confinement
+    prelude (own user namespace with bounded counts, own devpts, RLIMIT_NOFILE), then
+    bwrap with the seccomp filter."""
+    return [*confinement.prelude_argv(),
+            *bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd,
+                        own_devpts=True)]
 
 
 def install_runner(kernel_dir: Path) -> None:
@@ -143,45 +165,75 @@ def run_sandbox(
     scope_name: str,
     cancel: threading.Event | None = None,
     scope: Scope | None = None,
+    confined: bool = True,
 ) -> SandboxResult:
     """Run one life. ``CeilingError`` (nothing ran) if the ceilings cannot be put in force,
     ``PreflightError`` if the runner cannot be installed or the sandbox cannot be started.
 
     ``scope``: an already opened scope to run in (default: ``open_scope(ceilings,
-    scope_name)``); it is closed here either way.
+    scope_name)``); it is closed here either way. ``confined``: physics release 2's
+    additions (seccomp filter, fresh keyring, bounded counts; ``confinement``); False
+    only for the benchmark's comparison in the same run.
     """
     try:
         install_runner(kernel_dir)
     except OSError as exc:
         raise PreflightError(f"kernel: cannot install the runner in {kernel_dir}: {exc}") from exc
-    scope = scope if scope is not None else open_scope(ceilings, scope_name)
+    seccomp_fd = _filter_fd() if confined else None
     try:
-        return _run(scope, bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings), ceilings, cancel)
-    except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
-        raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
+        scope = scope if scope is not None else open_scope(ceilings, scope_name)
+        argv = (life_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd)
+                if seccomp_fd is not None else bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings))
+        try:
+            return _run(scope, argv, ceilings, cancel, seccomp_fd)
+        except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
+            raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
+        finally:
+            scope.close()
     finally:
-        scope.close()
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+
+
+def _filter_fd() -> int:
+    try:
+        return seccomp_bpf.filter_fd()
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        raise PreflightError(
+            f"kernel: cannot build the seccomp filter: {exc}; install Debian's libseccomp2 "
+            "and ouro's dependency pyseccomp (pip install -c constraints.txt -e .)") from exc
+
+
+def _start(scope: Scope, argv: list[str], seccomp_fd: int | None) -> subprocess.Popen[bytes]:
+    def spawn() -> subprocess.Popen[bytes]:
+        return scope.popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+            env={"PATH": SANDBOX_PATH},
+            cwd="/",
+            # Its own session: never in a terminal's foreground process group, so the
+            # user's Ctrl-C (SIGINT to that group) reaches ouro, which decides, and never
+            # kills a generation into a false death.
+            start_new_session=True,
+        )
+
+    if seccomp_fd is None:
+        return spawn()
+    return keyring.in_fresh_session_keyring(spawn)
 
 
 def _run(
-    scope: Scope, argv: list[str], ceilings: Ceilings, cancel: threading.Event | None
+    scope: Scope, argv: list[str], ceilings: Ceilings, cancel: threading.Event | None,
+    seccomp_fd: int | None,
 ) -> SandboxResult:
     limit = archive_limit(ceilings)
     started = time.monotonic()
     deadline = started + ceilings.wall_seconds
-    proc = scope.popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        close_fds=True,
-        env={"PATH": SANDBOX_PATH},
-        cwd="/",
-        # Its own session: never in a terminal's foreground process group, so the user's
-        # Ctrl-C (SIGINT to that group) reaches ouro, which decides, and never kills a
-        # generation into a false death.
-        start_new_session=True,
-    )
+    proc = _start(scope, argv, seccomp_fd)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
     overflow = timed_out = cancelled = False

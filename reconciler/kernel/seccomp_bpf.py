@@ -1,0 +1,67 @@
+"""The seccomp filter of ``seccomp_filter.RULES`` as BPF, built by libseccomp. Trusted harness.
+
+Rule: only this module imports ``pyseccomp`` (physics release 2: kernels before it
+never do). The BPF is built once per process, for the native x86_64 ABI, with
+libseccomp's bad-architecture action set to ENOSYS (i386 and x32 calls are refused
+whole), and handed to bwrap through a memfd (``--seccomp FD``).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import os
+import platform
+import threading
+
+from . import seccomp_filter
+
+__all__ = ["bpf", "bpf_sha256", "filter_fd"]
+
+_LOCK = threading.Lock()
+
+
+def bpf() -> bytes:
+    """The filter as BPF for this machine's native ABI, built once per process.
+
+    Raises ``OSError`` or ``RuntimeError`` (libseccomp missing or refusing a rule)."""
+    with _LOCK:
+        return _build(seccomp_filter.RULES)
+
+
+@functools.cache
+def _build(rules: tuple[seccomp_filter.Rule, ...]) -> bytes:
+    if platform.machine() != "x86_64":
+        raise RuntimeError(f"the seccomp table is written for x86_64, not {platform.machine()}")
+    import pyseccomp  # physics release 2 only: older kernels never import it
+
+    refuse = {"EPERM": pyseccomp.ERRNO(errno.EPERM), "ENOSYS": pyseccomp.ERRNO(errno.ENOSYS)}
+    built = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    built.set_attr(pyseccomp.Attr.ACT_BADARCH, refuse["ENOSYS"])
+    ops = {"MASKED_EQ": pyseccomp.MASKED_EQ, "NE": pyseccomp.NE, "GE": pyseccomp.GE}
+    for rule in rules:
+        args = [pyseccomp.Arg(index, ops[op], a, b) for index, op, a, b in rule.args]
+        built.add_rule_exactly(refuse[rule.errno], rule.syscall, *args)
+    fd = os.memfd_create("ouro-seccomp-export", os.MFD_CLOEXEC)
+    with os.fdopen(fd, "w+b") as sink:
+        built.export_bpf(sink)
+        sink.seek(0)
+        return sink.read()
+
+
+def bpf_sha256() -> str:
+    return hashlib.sha256(bpf()).hexdigest()
+
+
+def filter_fd() -> int:
+    """A new readable descriptor holding the BPF (bwrap's ``--seccomp FD`` reads it to
+    its end); the caller passes it to the child and closes it."""
+    fd = os.memfd_create("ouro-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, bpf())
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
