@@ -25,7 +25,8 @@ def _require_libraries() -> None:
     if missing:
         raise OuroError(
             f"ouro view: the viewer needs {', '.join(missing)}, which are not installed; "
-            "install them with: pip install 'ouro[view]' (the -e '.[view]' of a checkout)")
+            "install them from a checkout with: pip install -c constraints.txt -e '.[view]' "
+            "(or pip install 'ouro-lineages[view]')")
 
 
 def view_command(

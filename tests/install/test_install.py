@@ -23,6 +23,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from reconciler import __version__
 from reconciler.state import instrument
 from tests.host import require
 
@@ -186,6 +187,62 @@ def test_the_build_writes_the_file_the_instrument_reads() -> None:
     assert ROOT / found == instrument.BUILD_COMMIT_FILE.resolve()
 
 
+DISTRIBUTION = "ouro-lineages"  # "ouro" on the package index is another project
+# pip's options that take a value (the value is a file, folder or URL, not a requirement)
+_PIP_VALUED = {"-c", "--constraint", "-r", "--requirement", "-t", "--target", "-w",
+               "--wheel-dir", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+               "-e", "--editable", "--prefix", "--root"}
+
+
+def _pip_requirements(text: str) -> list[str]:
+    """The requirements (not paths, options or files) of every `pip install` / `pipx install`
+    command in ``text``: commands end at a line end, a backtick, a quote-less `&&`, `;`, `|`."""
+    found: list[str] = []
+    for command in re.split(r"\n|`|&&|;|\|", text):
+        match = re.search(r"\bpipx? install\b(.*)", command)
+        if not match:
+            continue
+        try:
+            words = shlex.split(match[1])
+        except ValueError:
+            words = match[1].split()
+        previous = ""
+        for word in words:
+            if not word.startswith("-") and previous not in _PIP_VALUED \
+                    and not word.startswith((".", "/", "$", "~")) \
+                    and not word.endswith((".whl", ".tar.gz", ".txt")) and "/" not in word:
+                found.append(word)
+            previous = word
+    return found
+
+
+def test_no_hint_names_another_projects_distribution() -> None:
+    """Every `pip install` a user is shown names ouro as ouro-lineages (or a checkout)."""
+    assert PYPROJECT["project"]["name"] == DISTRIBUTION
+    assert PYPROJECT["project"]["scripts"] == {"ouro": "reconciler.cli:main"}
+    assert f"{DISTRIBUTION}[view]" in PYPROJECT["project"]["optional-dependencies"]["test"]
+    places = [ROOT / "README.md", ROOT / "setup.py", *sorted((ROOT / "docs").rglob("*.md")),
+              *sorted((ROOT / "examples").iterdir()), *sorted((ROOT / "specs").glob("*.yaml")),
+              *sorted((ROOT / "reconciler").rglob("*.py")),
+              *sorted((ROOT / "reconciler").rglob("*.html")), ROOT / ".ci" / "run"]
+    wrong = []
+    for path in places:
+        for requirement in _pip_requirements(path.read_text(errors="replace")):
+            named = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement.strip("'\"()[]{},:"))
+            if not named:
+                continue  # a word of a sentence around a command, not a requirement
+            name = canonicalize_name(named[0])
+            if name == "ouro" or (name.startswith("ouro") and name != DISTRIBUTION):
+                wrong.append(f"{path.relative_to(ROOT)}: pip install {requirement}")
+    assert not wrong, "hints that install another project:\n" + "\n".join(wrong)
+
+
+def test_the_hint_finder_finds_a_wrong_hint() -> None:
+    text = ("run `pip install -U ouro` or pip install 'ouro[view]' && ouro view;\n"
+            "pip install -q -c constraints.txt -e '.[view]' && .venv/bin/ouro apply specs/")
+    assert _pip_requirements(text) == ["ouro", "ouro[view]"]
+
+
 def _kernel_is_committed() -> tuple[bool, str]:
     repo = pygit2.Repository(str(ROOT))
     if repo.head_is_unborn:
@@ -224,7 +281,7 @@ def test_a_built_wheel_installs_and_applies_the_default_fleet(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
         capture_output=True, text=True, env=_clean_env(), timeout=300)
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("ouro-*.whl")
+    (wheel,) = wheels.glob("ouro_lineages-*.whl")
 
     bin_dir = _venv(tmp_path / "venv")
     installed = subprocess.run(
@@ -246,6 +303,11 @@ def test_a_built_wheel_installs_and_applies_the_default_fleet(
     version = subprocess.run([ouro, "--version"], cwd=work, env=env, capture_output=True,
                              text=True, timeout=60)
     assert f"instrument commit: {expected}" in version.stdout, version.stdout + version.stderr
+    metadata_version = subprocess.run(
+        [str(bin_dir / "python"), "-c",
+         f"import importlib.metadata as m; print(m.version({DISTRIBUTION!r}))"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert metadata_version.stdout.split() == [__version__], metadata_version.stderr
     for name in ("scribe", "quiet"):
         lineage = tmp_path / "state" / f"{name}.git"
         repo = pygit2.Repository(str(lineage))

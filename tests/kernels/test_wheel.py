@@ -36,7 +36,7 @@ def _install(checkout: Path, target: Path, tmp_path: Path) -> Path:
          str(checkout)], capture_output=True, text=True, timeout=600,
         env=environment(tmp_path / "unused"))
     assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = wheels.glob("ouro-*.whl")
+    (wheel,) = wheels.glob("ouro_lineages-*.whl")
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
          str(wheel)], capture_output=True, text=True, timeout=600)

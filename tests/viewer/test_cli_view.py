@@ -25,7 +25,9 @@ def test_missing_libraries_name_the_extra(monkeypatch: pytest.MonkeyPatch,
                         else real(name, *a))
     code, err = run(monkeypatch, capsys, "view")
     assert code == 1
-    assert "needs uvicorn, matplotlib" in err and "pip install 'ouro[view]'" in err
+    assert "needs uvicorn, matplotlib" in err
+    assert "pip install -c constraints.txt -e '.[view]'" in err
+    assert "pip install 'ouro-lineages[view]'" in err  # never `ouro`: another project's name
 
 
 def test_a_busy_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
