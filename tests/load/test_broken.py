@@ -45,7 +45,8 @@ EXPECTED: dict[str, list[str]] = {
         "33:12: spec.model.price: provider replay costs nothing: remove price",
         "42:5: spec.model.price: model 'gpt-7' has no known price for provider openai: set "
         'price: {input_usd_per_mtok: "...", output_usd_per_mtok: "..."} '
-        "(known models: gpt-5.6, gpt-5.6-luna, gpt-5.6-sol, gpt-5.6-terra)",
+        "(known models: gpt-5.4, gpt-5.4-mini, gpt-5.4-nano, gpt-5.5, gpt-5.6, gpt-5.6-luna, "
+        "gpt-5.6-sol, gpt-5.6-terra)",
         "44:17: spec.model.budget_usd: budget_usd must be more than 0 for provider openai "
         "(it is the most a generation may spend)",
         "45:18: spec.model.api_key_env: provider openai needs an API key: name the environment "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -140,6 +141,11 @@ def test_provider_and_enforcement_lists_are_the_kernels() -> None:
         ("anthropic", "claude-opus-4-6", ("5", "25")), ("openai", "gpt-5.6", ("5", "30")),
         ("openai", "gpt-5.6-sol", ("5", "30")), ("openai", "gpt-5.6-terra", ("2.50", "15")),
         ("openai", "gpt-5.6-luna", ("1", "6")), ("replay", "anything", ("0", "0")),
+        ("anthropic", "claude-sonnet-4-6", ("3", "15")),
+        ("anthropic", "claude-haiku-4-5", ("1", "5")),
+        ("anthropic", "claude-haiku-4-5-20251001", ("1", "5")),
+        ("openai", "gpt-5.4-mini", ("0.75", "4.50")), ("openai", "gpt-5.4-nano", ("0.20", "1.25")),
+        ("openai", "gpt-5.5", ("5", "30")),
         ("echo", "echo", ("0", "0")), ("openai-compatible", "gpt-5.6", None),
         ("openai", "claude-opus-4-8", None), ("anthropic", "claude-9", None),
     ],
@@ -151,6 +157,44 @@ def test_known_prices(provider: str, model: str, expected: tuple[str, str] | Non
         assert price is None
     else:
         assert price == kc.Price(Decimal(expected[0]), Decimal(expected[1]))
+
+
+def _documented_prices() -> list[tuple[str, str, kc.Price, str, str]]:
+    """docs/spec.md's known-price rows: (provider, model, price, when, source) per model."""
+    text = (REPO / "docs" / "spec.md").read_text()
+    table = text[text.index("| provider | model | price | published / confirmed | source |"):]
+    rows = []
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        provider, models, price, when, source = (c.strip() for c in line.strip("|").split("|"))
+        low, high = (Decimal(v.strip()) for v in price.split("/"))
+        for model in models.split(","):
+            rows.append((provider.strip("` "), model.strip("` "), kc.Price(low, high), when,
+                         source))
+    return rows
+
+
+def test_every_known_price_is_documented_with_its_date_and_source() -> None:
+    documented = {(p, m): (price, when, source)
+                  for p, m, price, when, source in _documented_prices() if m != "any"}
+    known = {(provider, model): price for provider, models in prices.KNOWN_PRICES.items()
+             for model, price in models.items()}
+    assert {k: v[0] for k, v in documented.items()} == known
+    for (provider, model), (_, when, source) in documented.items():
+        assert re.match(r"\d{4}-\d{2}-\d{2}", when), f"{provider} {model}: no date"
+        assert source, f"{provider} {model}: no source"
+    # the current families, not only the flagship: Opus, Sonnet, Haiku; GPT-5.x and its mini
+    for family in ("claude-opus-", "claude-sonnet-", "claude-haiku-"):
+        assert any(m.startswith(family) for m in prices.known_models("anthropic")), family
+    assert {"gpt-5.4-mini", "gpt-5.6"} <= set(prices.known_models("openai"))
+
+
+def test_an_unknown_model_keeps_its_clear_error() -> None:
+    (found,) = errors(document(provider="anthropic", name="claude-sonnet-9"))
+    assert found[0] == "spec.model.price"
+    assert "model 'claude-sonnet-9' has no known price for provider anthropic" in found[1]
+    assert "set price: " in found[1] and "claude-haiku-4-5" in found[1]
 
 
 @pytest.mark.parametrize(
