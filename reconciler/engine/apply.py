@@ -401,7 +401,8 @@ class Engine:
                 spec.name, outcome.generation, shown, outcome.accounted_usd
             )
             stop = decide(failure, outcome.usage_exceeds_request, failed_in_a_row=streak,
-                          max_failed=max_failed, variable=model.api_key_env, model=model.name)
+                          max_failed=max_failed, model=model.name,
+                          variable=model.api_key_env if api_key else None)  # a key sent
             if stop is not None:
                 result.stopped = stop.code
                 result.errors.append(

@@ -57,8 +57,13 @@ class ProbeResult:
         return f"{self.message}; {self.remedy}" if self.remedy else self.message
 
 
-def _key_phrase(model: ModelConfig) -> str:
-    return f"the key in {model.api_key_env}" if model.api_key_env else "no key (api_key_env: null)"
+def _key_phrase(model: ModelConfig, sent: bool) -> str:
+    """The key the request carried: a key that was not sent is never named as refused."""
+    if sent and model.api_key_env:
+        return f"the key in {model.api_key_env}"
+    if model.api_key_env:
+        return f"no key ({model.api_key_env} is not set)"
+    return "no key (api_key_env: null)"
 
 
 def _transport_failure(model: ModelConfig, url: str, error: Exception,
@@ -124,16 +129,23 @@ def probe(model: ModelConfig, api_key: str | None, *,
 def _answer(model: ModelConfig, url: str, status: int, body: bytes,
             secret: str | None) -> ProbeResult:
     where = f"provider {model.provider} at {url}"
+    sent = bool(secret)
     if 200 <= status < 300:
-        return ProbeResult(True, "ok", f"{where} accepts {_key_phrase(model)}",
+        return ProbeResult(True, "ok", f"{where} accepts {_key_phrase(model, sent)}",
                            http_status=status)
     if status in REFUSED_KEY:
         text = redact(body[: BODY_LIMIT].decode("utf-8", "replace"), secret)[:200].strip()
         variable = model.api_key_env
-        remedy = (f"set {variable} to a valid key for this provider (and base_url)"
-                  if variable else "this server wants a key: set spec.model.api_key_env")
+        if sent:
+            remedy = f"set {variable} to a valid key for this provider (and base_url)"
+            refused = f"refused {_key_phrase(model, sent)}"
+        else:
+            remedy = (f"this server wants a key: set {variable}" if variable else
+                      "this server wants a key: name its variable in spec.model.api_key_env "
+                      "and set it")
+            refused = f"wants a key and was sent {_key_phrase(model, sent)}"
         return ProbeResult(False, "key-refused",
-                           f"{where} refused {_key_phrase(model)} (HTTP {status}"
+                           f"{where} {refused} (HTTP {status}"
                            + (f": {text}" if text else "") + ")",
                            remedy, http_status=status)
     if status in NO_MODEL_LIST:

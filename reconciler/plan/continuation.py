@@ -40,14 +40,18 @@ def _status(failure: Mapping[str, Any]) -> str:
 
 
 def _remedy(code: str, variable: str | None, model: str) -> str:
-    key = f"the key in {variable}" if variable else "the request's key (none is set)"
-    setting = variable or "spec.model.api_key_env"
+    """``variable``: the key variable whose key the requests carried; None when they carried
+    no key (a key that was not sent is never named)."""
+    key = f"the key in {variable}" if variable else "a request without a key"
     return {
-        "auth": f"the provider refused {key}: set {setting} to a valid key",
+        "auth": f"the provider refused the key in {variable}: set {variable} to a valid key"
+                if variable else "the provider wants a key and none was sent: name its "
+                "variable in spec.model.api_key_env and set it",
         "permission": f"{key} may not use model {model!r}: use a key with access to it, "
                       "or another model",
-        "quota": f"the account behind {key} has no quota or credit left: add credit or "
-                 "raise its limit",
+        "quota": (f"the account behind {key} has no quota or credit left: add credit or "
+                  "raise its limit") if variable else "the provider reports no quota or credit "
+                 "left: add credit or raise its limit",
         "unknown_model": f"the provider does not know model {model!r}: fix spec.model.name",
         "invalid_request": "the provider refused the request as invalid: check spec.model "
                            "(name, max_output_tokens, base_url)",
@@ -57,7 +61,8 @@ def _remedy(code: str, variable: str | None, model: str) -> str:
 def decide(failure: Mapping[str, Any] | None, usage_exceeds_request: bool, *,
            failed_in_a_row: int, max_failed: int, variable: str | None,
            model: str) -> Stop | None:
-    """Stop the lineage after this generation? ``failed_in_a_row`` counts it."""
+    """Stop the lineage after this generation? ``failed_in_a_row`` counts it; ``variable``
+    names the key variable only when the generation's requests carried its key."""
     if failure and failure.get("stops_lineage") is True \
             and failure.get("code") in STOPPING_CODES:
         code = str(failure["code"])

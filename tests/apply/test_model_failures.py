@@ -207,3 +207,42 @@ def test_usage_beyond_what_a_request_could_cost_stops_the_lineage(
     clamped = (Decimal(call["prompt_bytes"] + PROMPT_FRAMING_TOKENS) * 1 + 3 * 2) / 10**6
     assert Decimal(call["accounted_usd"]) == clamped <= Decimal(call["reserved_usd"])
 
+
+
+def compatible_spec(specs: Path, name: str, url: str, variable: str | None) -> None:
+    model = (f"name: local-model\nbase_url: {url}\nbudget_usd: \"0.50\"\n"
+             'price: {input_usd_per_mtok: "1", output_usd_per_mtok: "2"}\n'
+             f"api_key_env: {variable or 'null'}\n")
+    write_spec(specs, name, 2, provider="openai-compatible", extra_model=model)
+
+
+def test_an_unset_key_variable_is_refused_by_the_plan_and_never_named_as_refused(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The user's spec: openai-compatible, api_key_env naming a variable that is not set,
+    a server that wants a key. Plan refuses it (as for openai); `api_key_env: null` is how a
+    keyless server is written, and then no message names a key that was never sent."""
+    refused = openai_error(401, "invalid_api_key", "You didn't provide an API key.")
+    with FakeProvider(route("openai-compatible", refused, models=refused)) as fake:
+        compatible_spec(specs, "local", fake.url + "/v1", "FAKE_KEY")
+        plan = run_ouro("plan", str(specs), env=env)
+        applied = run_ouro("apply", "--yes", str(specs), env=env)
+        assert fake.requests == []  # refused before any request, and nothing created
+        assert not (tmp_path / "state" / "local.git").exists()
+        compatible_spec(specs, "local", fake.url + "/v1", None)
+        probed = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+        unprobed = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+    assert plan.returncode == 1
+    words = ("api_key_env names FAKE_KEY, which is not set here, so no key would be sent: "
+             "set FAKE_KEY, or write `api_key_env: null` for a server that takes no key")
+    assert "provider-config" in plan.stdout and words in plan.stdout
+    assert applied.returncode == 1 and words in applied.stdout
+    (error,) = report(probed)["lineages"][0]["errors"]
+    assert "wants a key and was sent no key (api_key_env: null)" in error
+    assert "nothing was created" in error
+    (lineage,) = report(unprobed)["lineages"]
+    assert lineage["stopped"] == "auth" and lineage["generations_run"] == 1
+    (error,) = lineage["errors"]
+    assert "the provider wants a key and none was sent" in error
+    for result in (plan, applied, probed, unprobed):
+        assert "refused the key" not in result.stdout + result.stderr
+        assert "FAKE_KEY (HTTP" not in result.stdout + result.stderr

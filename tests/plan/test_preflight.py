@@ -136,8 +136,19 @@ def test_a_lineage_with_nothing_to_run_needs_no_key(
         (ModelConfig("echo", "echo"), {}, None),
         (ModelConfig("openai", "gpt", api_key_env=KEY, budget_usd=Decimal(1)), {KEY: "k"},
          None),
+        (ModelConfig("openai-compatible", "m", api_key_env=KEY, base_url="http://127.0.0.1:9/v1",
+                     budget_usd=Decimal(1)), {},
+         f"api_key_env names {KEY}, which is not set here, so no key would be sent: set "
+         f"{KEY}, or write `api_key_env: null` for a server that takes no key"),
+        (ModelConfig("openai-compatible", "m", api_key_env=KEY, base_url="http://127.0.0.1:9/v1",
+                     budget_usd=Decimal(1)), {KEY: ""}, f"{KEY}, which is empty here"),
+        (ModelConfig("openai-compatible", "m", api_key_env=None, base_url="http://127.0.0.1:9/v1",
+                     budget_usd=Decimal(1)), {}, None),
+        (ModelConfig("openai-compatible", "m", api_key_env=KEY, base_url="http://127.0.0.1:9/v1",
+                     budget_usd=Decimal(1)), {KEY: "k"}, None),
     ],
-    ids=["unset", "control-character", "offline", "set"],
+    ids=["unset", "control-character", "offline", "set", "compatible-unset", "compatible-empty",
+         "compatible-keyless", "compatible-set"],
 )
 def test_provider_problem(model: ModelConfig, environ: dict[str, str],
                           words: str | None) -> None:

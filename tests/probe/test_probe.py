@@ -85,6 +85,25 @@ def test_a_refused_key_refuses_naming_the_variable_never_the_value(
 
 
 @pytest.mark.parametrize(
+    ("variable", "said", "remedy"),
+    [("FAKE_KEY", "wants a key and was sent no key (FAKE_KEY is not set)",
+      "this server wants a key: set FAKE_KEY"),
+     (None, "wants a key and was sent no key (api_key_env: null)",
+      "name its variable in spec.model.api_key_env")],
+    ids=["variable-unset", "keyless"],
+)
+def test_a_key_that_was_not_sent_is_never_named_as_refused(
+        variable: str | None, said: str, remedy: str) -> None:
+    with FakeProvider(script(openai_error(401, "invalid_api_key", "no key"))) as fake:
+        found = probe(model("openai-compatible", fake.url + "/v1", api_key_env=variable), None)
+    (seen,) = fake.requests
+    assert "authorization" not in seen.headers  # nothing was sent ...
+    assert not found.ok and found.code == "key-refused"
+    assert said in found.message and remedy in found.remedy  # ... and nothing is named
+    assert "refused the key" not in str(found)
+
+
+@pytest.mark.parametrize(
     ("reply", "code"),
     [(Reply(404, body=b"404 page not found"), "no-model-list"),
      (Reply(405, body=b""), "no-model-list"),
