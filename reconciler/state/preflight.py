@@ -5,8 +5,9 @@ generation — the kernel broker's own ``check_config`` (a known provider, its
 key variable set and clean, a base_url for openai-compatible, an existing
 replay folder, sane limits), and a key variable the spec names being set even
 where a key is optional (``api_key_env: null`` is how a keyless server is
-written: a named variable that is unset is a mistake, not "no key") — so that ``ouro plan`` shows as ``refuse`` what
-apply would refuse, and apply and plan cannot disagree. It reads the
+written: a named variable that is unset is a mistake, not "no key") — so
+that ``ouro plan`` shows as ``refuse`` what apply would refuse, and apply and
+plan cannot disagree. It reads the
 environment and the file system, and calls no network: probing the provider
 is apply's and doctor's job.
 """
