@@ -1,7 +1,8 @@
 """The sandbox's isolation, shown from inside a real life (not as bwrap's arguments).
 
-The kernel's own sandbox entry runs, in a real cgroup scope, with exactly the
-kernel's bwrap command line, but with a probe script in place of the runner
+The kernel's own sandbox entry runs as a life does (the confinement prelude, bwrap with
+the seccomp filter, a fresh session keyring, a real cgroup scope), with exactly the
+kernel's command line, but with a probe script in place of the runner
 (`/kernel/probe.sh` instead of `/kernel/runner.sh`). The probe reports what the life
 sees: its processes, its capabilities, its namespaces, the System V IPC objects, its
 terminal; then it runs `kill -9 -1`, and the test checks that a process it started on
@@ -32,10 +33,11 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.kernel import keyring, sandbox
 from reconciler.kernel.ceilings import open_scope
 from reconciler.kernel.config import Ceilings
 from reconciler.kernel.errors import CeilingError
-from reconciler.kernel.sandbox import SANDBOX_PATH, bwrap_argv
+from reconciler.kernel.sandbox import SANDBOX_PATH
 from tests.host import require
 
 CEILINGS = Ceilings(wall_seconds=30, cpu_seconds=30, memory_bytes=256 << 20, tasks=32,
@@ -101,32 +103,39 @@ def _with_terminal(slave: str) -> Callable[[], None]:
 
 
 def live(tmp_path: Path, fake_inside_pidns: str = "") -> Life:
-    """One life in the kernel's sandbox and a real scope, the probe in place of the runner."""
+    """One life as the kernel starts it (the confinement prelude, bwrap with the seccomp
+    filter, a fresh session keyring, a real scope), the probe in place of the runner."""
     require(shutil.which("bwrap") is not None, "needs bubblewrap")
     kernel_dir = tmp_path / f"kernel-{uuid.uuid4().hex[:8]}"
     kernel_dir.mkdir()
     (kernel_dir / "probe.sh").write_text(PROBE)
     (kernel_dir / "host.env").write_text(
         f"HOST_PIDNS='{_host_ids()['pid']}'\nFAKE_INSIDE_PIDNS='{fake_inside_pidns}'\n")
-    argv = bwrap_argv(kernel_dir=kernel_dir, ceilings=CEILINGS)
+    seccomp_fd = sandbox._filter_fd()
+    argv = sandbox.life_argv(kernel_dir=kernel_dir, ceilings=CEILINGS, seccomp_fd=seccomp_fd)
     assert argv[-3:] == ["--", "/bin/sh", "/kernel/runner.sh"], argv[-3:]
     argv[-1] = "/kernel/probe.sh"
     try:
         scope = open_scope(CEILINGS, f"test-isolation-{uuid.uuid4().hex[:12]}.{os.getpid()}")
     except CeilingError as error:
+        os.close(seccomp_fd)
         require(False, f"needs a backend for the ceilings (root with writable cgroups): {error}")
         raise
     master, slave = pty.openpty()
-    try:
-        proc = scope.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, close_fds=True, env={"PATH": SANDBOX_PATH},
-                           cwd="/", start_new_session=True,
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return scope.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, close_fds=True, pass_fds=(seccomp_fd,),
+                           env={"PATH": SANDBOX_PATH}, cwd="/", start_new_session=True,
                            preexec_fn=_with_terminal(os.ttyname(slave)))
+
+    try:
+        proc = keyring.in_fresh_session_keyring(spawn)
         out, err = proc.communicate(timeout=60)
     finally:
         scope.close()
-        os.close(master)
-        os.close(slave)
+        for fd in (master, slave, seccomp_fd):
+            os.close(fd)
     return Life(proc.returncode, out.decode("utf-8", "replace").splitlines(),
                 err.decode("utf-8", "replace"))
 
