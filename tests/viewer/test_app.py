@@ -11,8 +11,10 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its test cli
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from reconciler.errors import OuroError
 from reconciler.report.viewer.app import CSP, TOKEN_COOKIE, FleetSource, Shown, create_app
-from tests.observe.builder import LineageBuilder
+from reconciler.report.viewer.server import spec_stamp
+from tests.observe.builder import LineageBuilder, lineage_paths
 
 TOKEN = "t0ken-for-tests"
 
@@ -76,3 +78,87 @@ def test_a_non_loopback_host_is_refused(tmp_path: Path) -> None:
     client, _ = _client(tmp_path)
     response = client.get(f"/?token={TOKEN}", headers={"host": "attacker.example"})
     assert response.status_code == 400
+
+
+def test_a_lineage_the_spec_names_but_apply_has_not_created(tmp_path: Path) -> None:
+    ghost = lineage_paths(tmp_path, "ghost")
+    source = FleetSource(lambda: {"ghost": Shown(ghost, 3)}, fixed=True)
+    client = TestClient(create_app(source, TOKEN), base_url="http://127.0.0.1")
+    fleet = client.get(f"/?token={TOKEN}").text
+    assert "not created yet" in fleet and "(0 / 3)" in fleet
+    assert "Across the fleet" not in fleet  # nothing to plot
+    page = client.get("/lineage/ghost").text
+    assert "ghost: not created yet" in page and "asks for 3 generations" in page
+    assert "0 generations" not in page and 'class="plot"' not in page
+    assert not ghost.git_dir.exists()  # the viewer created nothing
+
+
+def test_the_target_follows_the_spec(tmp_path: Path) -> None:
+    """With specs, a changed spec file is read again: the target shown is its current one;
+    a spec that stops loading keeps the last reading and says why."""
+    grown = LineageBuilder(tmp_path, "grown")
+    grown.gen("changed")
+    target = {"value": 2, "stamp": 0, "broken": False}
+
+    def find() -> dict[str, Shown]:
+        if target["broken"]:
+            raise OuroError("ouro: grown.yaml:3:5: spec.generations: not a number")
+        return {"grown": Shown(grown.paths, int(target["value"]))}
+
+    source = FleetSource(find, fixed=True, stamp=lambda: target["stamp"])
+    client = TestClient(create_app(source, TOKEN), base_url="http://127.0.0.1")
+    assert "1 / 2" in client.get(f"/?token={TOKEN}").text
+    target["value"] = 20  # the file changed on disk: a new stamp
+    assert "1 / 2" in client.get("/").text  # same stamp: not read again
+    target["stamp"] = 1
+    assert "1 / 20" in client.get("/").text
+    assert "grown: 1 of 20 generations" in client.get("/lineage/grown").text
+    target["broken"], target["stamp"] = True, 2
+    fleet = client.get("/").text
+    assert "1 / 20" in fleet and "spec.generations: not a number" in fleet
+
+
+def test_the_stamp_changes_with_a_spec_file(tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    (folder / "more").mkdir(parents=True)
+    spec = folder / "more" / "a.yaml"
+    spec.write_text("generations: 1\n")
+    before = spec_stamp([folder])
+    assert spec_stamp([folder]) == before
+    spec.write_text("generations: 20\n")
+    assert spec_stamp([folder]) != before
+
+
+def test_two_generations_are_compared(tmp_path: Path) -> None:
+    client, _ = _client(tmp_path)
+    page = client.get(f"/lineage/grown/diff?from=0&to=1&token={TOKEN}")
+    assert page.status_code == 200
+    assert "grown: gen 0 → gen 1" in page.text and "organism.el" in page.text
+    form = client.get("/lineage/grown").text
+    assert 'action="/lineage/grown/diff"' in form and 'name="from"' in form
+    for query in ("from=1&to=9", "from=x&to=1", "to=1"):
+        assert client.get(f"/lineage/grown/diff?{query}").status_code == 404
+    assert client.get("/lineage/nobody/diff?from=0&to=1").status_code == 404
+
+
+def test_cumulative_spend_adds_the_known_spends(tmp_path: Path) -> None:
+    import math
+
+    from reconciler.report.viewer.plots import PLOTS, _values
+    from reconciler.state.summaries import summarize
+
+    grown = LineageBuilder(tmp_path, "spender")
+    for usd in ("0.02", None, "0.03"):  # the second made no call: it spent 0
+        calls = [] if usd is None else [{"http_status": 200, "accounted_usd": usd,
+                                          "usage": {"input_tokens": 5, "output_tokens": 7}}]
+        grown.gen("changed", calls=calls)
+    rows = summarize(grown.paths).rows
+    cumulative = PLOTS["cumulative-spend"]
+    assert _values(rows, cumulative.series[0][1], cumulative.cumulative) == pytest.approx(
+        [0.02, 0.02, 0.05])
+    assert _values(rows, PLOTS["spend"].series[0][1]) == pytest.approx([0.02, 0.0, 0.03])
+    # an unknown spend is a gap, and the total goes on after it
+    gap = _values(rows, lambda row: None if row.generation == 2 else float(row.spend_usd),
+                  cumulative=True)
+    assert gap[0] == pytest.approx(0.02) and math.isnan(gap[1])
+    assert gap[2] == pytest.approx(0.05)

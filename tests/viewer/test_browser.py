@@ -95,7 +95,7 @@ def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewe
     assert "died" in rows[3].get_attribute("class")
     assert "✎1" in rows[3].text  # the external edit before gen 4
     plots = _css(browser, "img.plot")
-    assert len(plots) == 5
+    assert len(plots) == 6  # spend, cumulative spend, tokens, cpu, memory, size
     assert wait_for(lambda: all(browser.execute_script(
         "return arguments[0].complete && arguments[0].naturalWidth > 0", img) for img in plots))
     shot = tmp_path / "lineage-story.png"
@@ -105,7 +105,7 @@ def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewe
 
 
 def test_plots_are_drawn_svg(fleet_viewer: Viewer) -> None:
-    for metric in ("spend", "tokens", "cpu", "memory", "size"):
+    for metric in ("spend", "cumulative-spend", "tokens", "cpu", "memory", "size"):
         request = urllib.request.Request(
             fleet_viewer.page(f"/plot/story/{metric}.svg?token={fleet_viewer.token}"))
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -2,9 +2,10 @@
 
 Every response carries a strict Content-Security-Policy (``CSP``): scripts,
 styles and images only from this server, no inline script or style, no
-frames, no forms, no plugins. A request without the token (in the URL's
-``token`` query, or the cookie the first such request sets) gets 403; a Host
-header other than the bound loopback names gets 400 (DNS rebinding).
+frames, no plugins, forms only to this server (the lineage page's diff form, a
+GET). A request without the token (in the URL's ``token`` query, or the cookie
+the first such request sets) gets 403; a Host header other than the bound
+loopback names gets 400 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import secrets
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,9 +36,10 @@ from reconciler.kernel.config import LineagePaths
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.report.viewer import pages
-from reconciler.report.viewer.plots import PLOTS, render_svg
+from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS, render_fleet_svg, render_svg
 from reconciler.spec.models import ModelSpec
 from reconciler.state import history
+from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
 
@@ -44,7 +47,7 @@ __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "create_app", "new_token"]
 
 HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+       "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 _SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'"  # matplotlib's own <style>
 TOKEN_COOKIE = "ouro_view_token"
 _HEADERS = {
@@ -82,21 +85,41 @@ class Known:
 
 
 class FleetSource:
-    """Which lineages there are: the specs' (read once), or the state dir's (re-read on
-    every page, so that lineages an apply creates appear)."""
+    """Which lineages there are: the specs' (read again when a spec file changes, so that
+    a raised target shows), or the state dir's (re-read on every page, so that lineages
+    an apply creates appear). A spec that no longer loads keeps the last good reading
+    and says why (``problem``)."""
 
-    def __init__(self, find: Callable[[], dict[str, Shown]], *, fixed: bool) -> None:
-        self._find, self._fixed = find, fixed
+    def __init__(self, find: Callable[[], dict[str, Shown]], *, fixed: bool,
+                 stamp: Callable[[], object] | None = None) -> None:
+        self._find, self._fixed, self._stamp = find, fixed, stamp
         self._known: dict[str, Shown] | None = None
+        self._stamped: object = None
         self._lock = threading.Lock()
         self._known_at: dict[str, Known] = {}
         self.cache_dir: Path | None = None
+        self.problem: str | None = None
 
     def lineages(self) -> dict[str, Shown]:
         if self._fixed and self._known is not None:
-            return self._known
+            stamp = self._stamp() if self._stamp is not None else None
+            if stamp == self._stamped:
+                return self._known
+            try:
+                found = self._find()
+            except OuroError as error:
+                self.problem = f"{error} (showing the specs as last read)"
+                return self._known
+            self._known, self._stamped, self.problem = found, stamp, None
+            return found
+        self._stamped = self._stamp() if self._stamp is not None else None
         self._known = self._find()
         return self._known
+
+    def running(self, shown: Shown, summary: LineageSummary) -> str | None:
+        """Which apply runs this lineage now and at which generation, or None."""
+        holder = held_by(shown.paths.git_dir)
+        return None if holder is None else holder.running(summary.generations + 1)
 
     def known(self, name: str, shown: Shown) -> Known:
         """The lineage's summary, kernel and stop; kept in memory while its heads stay."""
@@ -117,7 +140,11 @@ class FleetSource:
         return self.known(name, shown).summary
 
     def heads_json(self) -> str:
-        found = {name: list(heads(shown.paths)) for name, shown in self.lineages().items()}
+        """What a page reloads on: each lineage's heads, whether an apply holds it, and
+        its target."""
+        found = {name: [*heads(shown.paths), held_by(shown.paths.git_dir) is not None,
+                        shown.desired]
+                 for name, shown in self.lineages().items()}
         return json.dumps(found, sort_keys=True, separators=(",", ":"))
 
 
@@ -168,8 +195,53 @@ def _fleet_lines(source: FleetSource) -> list[pages.FleetLine]:
     for name, shown in source.lineages().items():
         known = source.known(name, shown)
         lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
-                                      known.born))
+                                      known.born, source.running(shown, known.summary)))
     return lines
+
+
+def _fleet_context(source: FleetSource) -> dict[str, Any]:
+    lines = _fleet_lines(source)
+    return {"lines": lines, "problem": source.problem,
+            "plots": pages.fleet_plots() if any(line.created for line in lines) else []}
+
+
+def _diff_context(source: FleetSource, name: str, shown: Shown,
+                  request: Request) -> dict[str, Any]:
+    """The diff page of ``?from=A&to=B`` (raises OuroError naming what is wrong)."""
+    try:
+        first, second = (int(request.query_params.get(key, "")) for key in ("from", "to"))
+    except ValueError:
+        raise OuroError("name two generations: ?from=A&to=B (0 is the seed)") from None
+    summary = source.summary(name, shown)
+    files = history.diff_generations(shown.paths, summary, first, second)
+    return pages.diff_context(name, summary, first, second, files)
+
+
+def _svg(body: bytes) -> Response:
+    return Response(body, media_type="image/svg+xml",
+                    headers={"Content-Security-Policy": _SVG_CSP})
+
+
+def _not_found(request: Request, exc: Exception) -> Response:
+    return PlainTextResponse("404: not found\n", status_code=404)
+
+
+def _plot_image(source: FleetSource, request: Request) -> Response:
+    name = str(request.path_params["name"])
+    shown = source.lineages().get(name)
+    plot = PLOTS.get(str(request.path_params["metric"]))
+    if shown is None or plot is None:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    return _svg(render_svg(plot, source.summary(name, shown).rows))
+
+
+def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
+    metric = str(request.path_params["metric"])
+    if metric not in FLEET_PLOTS:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    rows = [(name, source.summary(name, shown).rows)
+            for name, shown in source.lineages().items()]
+    return _svg(render_fleet_svg(PLOTS[metric], rows))
 
 
 def create_app(source: FleetSource, token: str,
@@ -192,7 +264,7 @@ def create_app(source: FleetSource, token: str,
         return (name, shown) if shown is not None else None
 
     def fleet_page(request: Request) -> Response:
-        return page(request, "fleet.html", {"lines": _fleet_lines(source)})
+        return page(request, "fleet.html", _fleet_context(source))
 
     def lineage_page(request: Request) -> Response:
         chosen = lineage(request)
@@ -201,7 +273,18 @@ def create_app(source: FleetSource, token: str,
         name, shown = chosen
         known = source.known(name, shown)
         return page(request, "lineage.html",
-                    pages.lineage_context(name, known.summary, known.born, known.stop))
+                    pages.lineage_context(name, known.summary, known.born, known.stop,
+                                          desired=shown.desired,
+                                          running=source.running(shown, known.summary)))
+
+    def diff_page(request: Request) -> Response:
+        chosen = lineage(request)
+        if chosen is None:
+            return missing(request, "no such lineage here")
+        try:
+            return page(request, "diff.html", _diff_context(source, *chosen, request))
+        except OuroError as error:
+            return missing(request, str(error))
 
     def generation_page(request: Request) -> Response:
         chosen = lineage(request)
@@ -220,27 +303,16 @@ def create_app(source: FleetSource, token: str,
                     pages.generation_context(name, summary, detail, full=full,
                                              born=known.born))
 
-    def plot_image(request: Request) -> Response:
-        chosen = lineage(request)
-        plot = PLOTS.get(str(request.path_params["metric"]))
-        if chosen is None or plot is None:
-            return PlainTextResponse("404: no such plot\n", status_code=404)
-        name, shown = chosen
-        svg = render_svg(plot, source.summary(name, shown).rows)
-        return Response(svg, media_type="image/svg+xml",
-                        headers={"Content-Security-Policy": _SVG_CSP})
-
     def heads_api(request: Request) -> Response:
         return Response(source.heads_json(), media_type="application/json")
-
-    def not_found(request: Request, exc: Exception) -> Response:
-        return PlainTextResponse("404: not found\n", status_code=404)
 
     routes = [
         Route("/", fleet_page),
         Route("/lineage/{name}", lineage_page),
         Route("/lineage/{name}/gen/{number:int}", generation_page),
-        Route("/plot/{name}/{metric}.svg", plot_image),
+        Route("/lineage/{name}/diff", diff_page),
+        Route("/plot/{name}/{metric}.svg", partial(_plot_image, source)),
+        Route("/fleet-plot/{metric}.svg", partial(_fleet_plot_image, source)),
         Route("/api/heads", heads_api),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -248,5 +320,5 @@ def create_app(source: FleetSource, token: str,
         routes=routes,
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
                     Middleware(_Guard, token=token)],
-        exception_handlers={404: not_found},
+        exception_handlers={404: _not_found},
     )

@@ -7,6 +7,7 @@ Links are built here only from lineage names (quoted) and numbers.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -14,13 +15,13 @@ from urllib.parse import quote
 from reconciler.report.calls import call_stops, failure_of
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
-from reconciler.report.viewer.plots import PLOTS
+from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS
 from reconciler.state.history import FileDiff, GenerationDetail
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
-__all__ = ["Bounded", "FleetLine", "diff_lines", "fleet_line", "generation_context",
-           "lineage_context", "lineage_href"]
+__all__ = ["Bounded", "FleetLine", "diff_context", "diff_lines", "fleet_line", "fleet_plots",
+           "generation_context", "lineage_context", "lineage_href"]
 
 TEXT_CHARS = 4000  # a prompt or reply shown without ?full=1
 BODY_CHARS = 200_000
@@ -83,6 +84,8 @@ class FleetLine:
     last: str
     stop: Stopped | None = None
     foreign: int = 0  # generations whose recorded kernel differs from the born-under one
+    running: str | None = None  # which apply runs it now, at which generation
+    created: bool = True  # False: the spec names it, apply has not created it yet
 
 
 def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[GenerationRow, str]]:
@@ -94,21 +97,37 @@ def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[Gene
     return found
 
 
+def created(summary: LineageSummary) -> bool:
+    """Whether the lineage exists (a head commit, or generations); else not created yet."""
+    return summary.lineage_head is not None or bool(summary.rows)
+
+
 def fleet_line(name: str, summary: LineageSummary, desired: int | None,
-               stop: Stopped | None = None, born: BornUnder | None = None) -> FleetLine:
+               stop: Stopped | None = None, born: BornUnder | None = None,
+               running: str | None = None) -> FleetLine:
     last = outcome_of(summary.rows[-1]) if summary.rows else "—"
     return FleetLine(name, lineage_href(name), summary, desired, last, stop,
-                     len(_foreign(summary, born)))
+                     len(_foreign(summary, born)), running, created(summary))
+
+
+def fleet_plots() -> list[dict[str, str]]:
+    """The fleet page's plots: each lineage one line."""
+    return [{"src": f"/fleet-plot/{name}.svg", "title": f"{PLOTS[name].title}, by lineage"}
+            for name in FLEET_PLOTS]
 
 
 def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None = None,
-                    stop: Stopped | None = None) -> dict[str, Any]:
+                    stop: Stopped | None = None, *, desired: int | None = None,
+                    running: str | None = None) -> dict[str, Any]:
     base = lineage_href(name)
+    exists = created(summary)
     plots = [{"src": f"/plot/{quote(name, safe='')}/{plot.name}.svg", "title": plot.title}
-             for plot in PLOTS.values()]
+             for plot in PLOTS.values()] if exists else []
     edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
     return {
         "name": name, "summary": summary, "plots": plots, "edits": edits,
+        "desired": desired, "running": running, "created": exists,
+        "diff_href": f"{base}/diff",
         "deaths": [row for row in summary.rows if row.status == "died"],
         "gen_href": lambda generation: f"{base}/gen/{int(generation)}",
         "born": born, "stop": stop, "foreign": _foreign(summary, born),
@@ -204,4 +223,15 @@ def generation_context(name: str, summary: LineageSummary, detail: GenerationDet
         **_kernel(detail, born),
         "ceilings": (json.dumps(constraints, indent=2, ensure_ascii=False)
                      if constraints else None),
+    }
+
+
+def diff_context(name: str, summary: LineageSummary, first: int, second: int,
+                 files: Sequence[FileDiff]) -> dict[str, Any]:
+    """Two generations' trees compared (A -> B; 0 is the seed)."""
+    return {
+        "name": name, "first": first, "second": second, "summary": summary,
+        "lineage_href": lineage_href(name), "diff_href": f"{lineage_href(name)}/diff",
+        "gen_href": lambda generation: generation_href(name, generation),
+        "files": [_file(item) for item in files],
     }

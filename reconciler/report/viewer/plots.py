@@ -1,8 +1,11 @@
 """Plots over generations, drawn server-side by matplotlib as SVG (no hand-made geometry).
 
 Each plot is one metric of ``GenerationRow`` against the generation number; an
-unknown value is a gap, never a zero. Deaths are marked. The SVG holds only
-numbers and fixed labels: no organism text is drawn.
+unknown value is a gap, never a zero (a cumulative plot adds the known values and
+keeps its total across a gap). Deaths and model failures are marked (vertical lines
+whose SVG groups are ``death-N`` and ``model-failure-N``). The fleet's plots draw one
+line per lineage (``render_fleet_svg``). The SVG holds only numbers, fixed labels and
+lineage names (drawn as glyph outlines, not text): no organism text is drawn.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler.state.summaries import GenerationRow
 
-__all__ = ["PLOTS", "Plot", "render_svg"]
+__all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "render_fleet_svg", "render_svg"]
 
 _LOCK = threading.Lock()  # matplotlib's font and text caches are shared: one figure at a time
 
@@ -34,10 +38,13 @@ class Plot:
     title: str
     unit: str
     series: tuple[tuple[str, Callable[[GenerationRow], float | int | None]], ...]
+    cumulative: bool = False  # each point is the total up to that generation
 
 
 PLOTS: dict[str, Plot] = {plot.name: plot for plot in (
     Plot("spend", "model spend per generation", "USD", (("spend", _spend),)),
+    Plot("cumulative-spend", "cumulative model spend", "USD", (("spend", _spend),),
+         cumulative=True),
     Plot("tokens", "tokens per generation", "tokens",
          (("in", lambda row: row.tokens_in), ("out", lambda row: row.tokens_out))),
     Plot("cpu", "CPU time per generation", "seconds", (("cpu", lambda row: row.cpu_seconds),)),
@@ -47,49 +54,101 @@ PLOTS: dict[str, Plot] = {plot.name: plot for plot in (
          (("organism.el", lambda row: row.organism_bytes / 1024
            if row.organism_bytes is not None else None),)),
 )}
+# The fleet page's plots: one line per lineage (the plot's first series).
+FLEET_PLOTS: tuple[str, ...] = ("cumulative-spend", "size", "cpu")
 
 
 def _values(rows: Sequence[GenerationRow],
-            pick: Callable[[GenerationRow], float | int | None]) -> list[float]:
-    values = []
+            pick: Callable[[GenerationRow], float | int | None],
+            cumulative: bool = False) -> list[float]:
+    values, total = [], 0.0
     for row in rows:
         value = pick(row)
-        values.append(float(value) if value is not None else math.nan)
+        if value is None:
+            values.append(math.nan)
+            continue
+        total += float(value)
+        values.append(total if cumulative else float(value))
     return values
+
+
+def _figure() -> tuple[Any, Any]:
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 2.4), dpi=100, layout="constrained")
+    FigureCanvasSVG(figure)
+    return figure, figure.add_subplot()
+
+
+def _finish(figure: Any, axes: Any, plot: Plot, width: int, legend: bool) -> bytes:
+    axes.set_xlim(0.5, max(1, width) + 0.5)
+    axes.set_title(plot.title, fontsize=10)
+    axes.set_xlabel("generation", fontsize=8)
+    axes.set_ylabel(plot.unit, fontsize=8)
+    axes.tick_params(labelsize=7)
+    axes.grid(alpha=0.3)
+    if legend:
+        axes.legend(fontsize=7, loc="best")
+    out = io.BytesIO()
+    figure.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()
+
+
+def _marks(axes: Any, rows: Sequence[GenerationRow]) -> bool:
+    """Deaths and model failures as vertical lines; whether there was any."""
+    deaths = [row.generation for row in rows if row.status == "died"]
+    failures = [row.generation for row in rows if row.model_failure is not None]
+    for index, number in enumerate(deaths):
+        axes.axvline(number, color="#c0392b", alpha=0.35, linewidth=0.8,
+                     label="death" if index == 0 else None, gid=f"death-{number}")
+    for index, number in enumerate(failures):
+        axes.axvline(number, color="#8e44ad", alpha=0.6, linewidth=1.0, linestyle="--",
+                     label="model failure" if index == 0 else None,
+                     gid=f"model-failure-{number}")
+    return bool(deaths or failures)
+
+
+def _no_data(axes: Any) -> None:
+    axes.text(0.5, 0.5, "no data recorded", transform=axes.transAxes,
+              ha="center", va="center", color="#777777")
 
 
 def render_svg(plot: Plot, rows: Sequence[GenerationRow]) -> bytes:
     """One plot as an SVG document (a 'no data' plot when nothing is known)."""
-    from matplotlib.backends.backend_svg import FigureCanvasSVG
-    from matplotlib.figure import Figure
-
     with _LOCK:
-        figure = Figure(figsize=(6.4, 2.4), dpi=100, layout="constrained")
-        FigureCanvasSVG(figure)
-        axes = figure.add_subplot()
+        figure, axes = _figure()
         numbers = [row.generation for row in rows]
         known = False
         for label, pick in plot.series:
-            values = _values(rows, pick)
+            values = _values(rows, pick, plot.cumulative)
             if any(not math.isnan(value) for value in values):
                 known = True
                 axes.plot(numbers, values, label=label, linewidth=1.2,
                           marker="." if len(rows) <= 60 else None)
-        deaths = [row.generation for row in rows if row.status == "died"]
-        for index, number in enumerate(deaths):
-            axes.axvline(number, color="#c0392b", alpha=0.35, linewidth=0.8,
-                         label="death" if index == 0 else None)
+        marked = _marks(axes, rows)
         if not known:
-            axes.text(0.5, 0.5, "no data recorded", transform=axes.transAxes,
-                      ha="center", va="center", color="#777777")
-        axes.set_xlim(0.5, max(1, len(rows)) + 0.5)
-        axes.set_title(plot.title, fontsize=10)
-        axes.set_xlabel("generation", fontsize=8)
-        axes.set_ylabel(plot.unit, fontsize=8)
-        axes.tick_params(labelsize=7)
-        axes.grid(alpha=0.3)
-        if len(plot.series) > 1 or deaths:
-            axes.legend(fontsize=7, loc="best")
-        out = io.BytesIO()
-        figure.savefig(out, format="svg", metadata={"Date": None})
-        return out.getvalue()
+            _no_data(axes)
+        return _finish(figure, axes, plot, len(rows), len(plot.series) > 1 or marked)
+
+
+def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[GenerationRow]]]
+                     ) -> bytes:
+    """One plot across the fleet: a line per lineage (its name in the legend)."""
+    _label, pick = plot.series[0]
+    with _LOCK:
+        figure, axes = _figure()
+        known = False
+        for index, (name, rows) in enumerate(lineages):
+            values = _values(rows, pick, plot.cumulative)
+            if any(not math.isnan(value) for value in values):
+                known = True
+                # a name is drawn as glyph outlines; "$" would start matplotlib's mathtext
+                axes.plot([row.generation for row in rows], values,
+                          label=name.replace("$", r"\$"),
+                          linewidth=1.2, marker="." if len(rows) <= 60 else None,
+                          gid=f"lineage-{index}")
+        if not known:
+            _no_data(axes)
+        width = max((len(rows) for _name, rows in lineages), default=0)
+        return _finish(figure, axes, plot, width, known)

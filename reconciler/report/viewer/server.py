@@ -7,6 +7,7 @@ Binding a non-loopback address is allowed only when asked for, with a warning.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -27,10 +28,26 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
         return {item.name: Shown(item.paths, item.desired, item.model)
                 for item in fleet(specs, state_dir)}
 
-    source = FleetSource(find, fixed=bool(specs))
+    source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
     source.cache_dir = summary_cache_dir(state_dir)
     source.lineages()  # a bad spec is reported now, before anything is served
     return source
+
+
+def spec_stamp(specs: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+    """What changes when a spec file does: each file's path, mtime and size (folders
+    walked), read again on every page; the specs are loaded again only when it changes."""
+    found = []
+    for root in specs:
+        files = [root] if not root.is_dir() else sorted(
+            Path(folder) / name for folder, _dirs, names in os.walk(root) for name in names)
+        for path in files:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            found.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(found)
 
 
 def _loopback(host: str) -> bool:
