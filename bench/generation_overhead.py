@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import statistics
 import subprocess
 import sys
@@ -83,12 +82,22 @@ def main() -> int:
                     spent[name] = time.monotonic() - began
             return wrapper
 
+        life_cpu: dict[bool, list[float]] = {True: [], False: []}
+
+        def measured(confined: bool) -> Callable[..., Any]:
+            """run_sandbox, noting the CPU its whole process tree used (the scope's)."""
+            def run(*args: Any, **kwargs: Any) -> Any:
+                result = real.run_sandbox(*args, confined=confined, **kwargs)
+                if result.accounting.cpu_usage_nsec is not None:
+                    life_cpu[confined].append(result.accounting.cpu_usage_nsec / 1e9)
+                return result
+            return run
+
         runtime = dataclasses.replace(
             real, start_broker=timed("broker start (beside the sandbox)", real.start_broker),
-            run_sandbox=timed("sandbox (organism incl. its model call)", real.run_sandbox))
+            run_sandbox=timed("sandbox (organism incl. its model call)", measured(True)))
         unconfined = dataclasses.replace(runtime, run_sandbox=timed(
-            "sandbox (organism incl. its model call)",
-            functools.partial(real.run_sandbox, confined=False)))
+            "sandbox (organism incl. its model call)", measured(False)))
         parts: dict[str, list[float]] = {}
 
         def generation(confined: bool = True) -> float:
@@ -112,6 +121,8 @@ def main() -> int:
         generation(confined=False)
         bare_emacs(empty, ceilings)
         parts.clear()
+        life_cpu[True].clear()
+        life_cpu[False].clear()
         generations, baselines, unconfined_runs = [], [], []
         for _ in range(args.rounds):
             baselines.append(bare_emacs(empty, ceilings))
@@ -150,6 +161,11 @@ def main() -> int:
               f"{min(generations) - min(unconfined_runs):+.3f} s min to min "
               f"(target <= {CONFINEMENT_TARGET_S:.2f} s): "
               f"{'met' if cost <= CONFINEMENT_TARGET_S else 'MISSED'}")
+        if life_cpu[False]:
+            cpu = statistics.median(life_cpu[True]) - statistics.median(life_cpu[False])
+            print(f"  CPU of the life's whole process tree (its scope): median "
+                  f"{statistics.median(life_cpu[True]):.3f} s confined, "
+                  f"{statistics.median(life_cpu[False]):.3f} s without: {cpu:+.3f} s")
         met = met and cost <= CONFINEMENT_TARGET_S
     return 0 if met else 1
 

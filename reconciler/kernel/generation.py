@@ -172,7 +172,9 @@ def real_runtime() -> Runtime:
     from .ceilings import open_scope, reap_stale_scopes
     from .decoder import decode
     from .sandbox import run_sandbox
+    from .seccomp_bpf import warm
 
+    warm()  # the filter is built while the generation prepares (physics release 2)
     return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit,
                    reap_stale_scopes)
 

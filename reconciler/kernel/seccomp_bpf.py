@@ -8,6 +8,7 @@ whole), and handed to bwrap through a memfd (``--seccomp FD``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -17,7 +18,7 @@ import threading
 
 from . import seccomp_filter
 
-__all__ = ["bpf", "bpf_sha256", "filter_fd"]
+__all__ = ["bpf", "bpf_sha256", "filter_fd", "warm"]
 
 _LOCK = threading.Lock()
 
@@ -48,6 +49,19 @@ def _build(rules: tuple[seccomp_filter.Rule, ...]) -> bytes:
         built.export_bpf(sink)
         sink.seek(0)
         return sink.read()
+
+
+def warm() -> None:
+    """Build the BPF on a thread of its own, now: a generation's git work and broker
+    start hide the import of libseccomp and the build (a pinned kernel, one process
+    per generation, pays them every time). A failure is left for ``filter_fd`` to
+    report, where the sandbox starts."""
+
+    def build() -> None:
+        with contextlib.suppress(Exception):
+            bpf()
+
+    threading.Thread(target=build, name="ouro-seccomp-build", daemon=True).start()
 
 
 def bpf_sha256() -> str:

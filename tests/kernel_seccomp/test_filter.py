@@ -197,13 +197,17 @@ def test_emacs_itself_runs_filtered_and_its_call_process_works(tmp_path: Path) -
         '"echo from-child; grep Seccomp: /proc/self/status"))\n'
         '(with-temp-file "/work/pty" (insert (format "%S" (condition-case e (let ((p '
         '(make-process :name "p" :command (list "/bin/cat") :connection-type (quote pty))))'
-        ' (prog1 (process-tty-name p) (delete-process p))) (error e)))))\n')
+        ' (prog1 (process-tty-name p) (delete-process p))) (error e)))))\n'
+        # network-interface-list reads the interfaces over netlink (NETLINK_ROUTE)
+        '(with-temp-file "/work/ifaces" (insert (format "%S" (condition-case e '
+        '(mapcar (function car) (network-interface-list)) (error e)))))\n')
     published = files(run_sandbox(kernel_dir=kernel_dir(tmp_path, organism), ceilings=CEILINGS,
                                   scope_name=f"test-scmp-{uuid.uuid4().hex[:12]}.{os.getpid()}"))
     assert "Seccomp:\t2" in published["status"].decode()
     child = published["child"].decode()
     assert "from-child" in child and "Seccomp:\t2" in child
     assert published["pty"].decode().startswith('"/dev/pts/')  # a pty of the life's own
+    assert published["ifaces"].decode().startswith('("lo"')  # the empty namespace's only
 
 
 # ---------------------------------------------------------------- the keyring

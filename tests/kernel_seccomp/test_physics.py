@@ -1,0 +1,111 @@
+"""Physics release 2 is a new physics version: a lineage born under the kernel before it
+keeps running under that stored kernel (no filter, no sandbox disclosure), while one
+born under it runs confined -- in-process, and from the kernel store as a pinned
+subprocess once a later kernel change makes it an old lineage in turn."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.kernel import seccomp_filter
+from tests.apply.helpers import write_spec
+from tests.host import require
+from tests.kernels.checkout import (
+    REPO_ROOT,
+    change_kernel,
+    commit,
+    environment,
+    git,
+    make_checkout,
+    observation,
+    ouro,
+)
+from tests.observe.builder import lineage_paths
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
+
+# main just before physics release 2 (the seccomp filter, keyring and bounds) landed
+BEFORE_RELEASE_2 = "1f9102200c575934ce060b9473fd6ed491c1a261"
+
+
+def _before_release_2(folder: Path) -> bool:
+    """Write the source tree of main before release 2 into ``folder`` (git archive)."""
+    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
+        return False
+    found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
+                            f"{BEFORE_RELEASE_2}^{{commit}}"], capture_output=True, check=False)
+    if found.returncode != 0:
+        return False
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", BEFORE_RELEASE_2],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return True
+
+
+def _apply(checkout: Path, env: dict[str, str], specs: Path) -> None:
+    done = ouro(checkout, env, "apply", "--yes", "--json", "--parallel", "2", str(specs))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _record(state: Path, name: str, number: int) -> dict[str, Any]:
+    return observation(lineage_paths(state, name).observations, number)
+
+
+def _replace_source(checkout: Path, source: Path) -> None:
+    """The checkout's ouro becomes ``source``'s (its reconciler and pyproject)."""
+    shutil.rmtree(checkout / "reconciler")
+    shutil.copytree(source / "reconciler", checkout / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build_commit.txt"))
+    shutil.copy2(source / "pyproject.toml", checkout / "pyproject.toml")
+
+
+def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> None:
+    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
+            "needs bubblewrap and git")
+    old_source = tmp_path / "ouro-before"
+    require(_before_release_2(old_source), "needs this repository's git history")
+    checkout = make_checkout(tmp_path / "ouro", source=old_source)
+    state = tmp_path / "state"
+    env = environment(state)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+
+    write_spec(specs, "before", 1)
+    _apply(checkout, env, specs)  # born under the kernel before release 2
+    assert "sandbox" not in _record(state, "before", 1)["constraints"]
+
+    _replace_source(checkout, REPO_ROOT)
+    commit(checkout, "release 2")
+    write_spec(specs, "before", 2)
+    write_spec(specs, "after", 1)
+    _apply(checkout, env, specs)
+    extended = _record(state, "before", 2)
+    assert extended["ran_with"]["kernel"]["source"] == "store"  # its own stored kernel
+    assert "sandbox" not in extended["constraints"]  # ... with its own physics
+    born = _record(state, "after", 1)
+    assert born["outcome"] == "no-change", born["stderr_tail"]
+    assert born["ran_with"]["kernel"]["source"] == "running"
+    seccomp = born["constraints"]["sandbox"]["seccomp"]
+    assert seccomp["table_sha256"] == seccomp_filter.table_sha256()
+
+    # a later kernel change: release 2's lineage now runs its stored kernel, a pinned
+    # subprocess under another package name, still confined
+    change_kernel(checkout, "after release 2")
+    commit(checkout, "a later physics")
+    write_spec(specs, "before", 2)
+    write_spec(specs, "after", 2)
+    _apply(checkout, env, specs)
+    pinned = _record(state, "after", 2)
+    assert pinned["ran_with"]["kernel"]["source"] == "store", pinned["ran_with"]
+    assert pinned["ran_with"]["kernel"]["package"].startswith("ouro_kernel_")
+    assert pinned["outcome"] == "no-change", pinned["stderr_tail"]
+    assert pinned["constraints"]["sandbox"] == born["constraints"]["sandbox"]
+    json.dumps(pinned)
+    assert git(checkout, "rev-list", "--count", "HEAD") == "3"
