@@ -112,6 +112,15 @@ def parse_generation_subject(subject: str) -> GenerationSubject | None:
 # ---------------------------------------------------------------- journal
 
 
+# The line Emacs starts a batch backtrace with: the death's cause, kept in the entry.
+LISP_ERROR_PREFIX = "Debugger entered--Lisp error:"
+DEATH_TAIL_LINES = 5
+# What the original instrument's reader (its viewer's ``lineage_reader``) takes for an
+# entry's heading anywhere in journal.md, fences or not (its ``\s`` spans lines too).
+_ORIGINAL_HEADING = re.compile(r"^##\s+gen\s+\d+\s+[\u2014-]", re.MULTILINE)
+_GUARD = "   "  # a fence's indentation: CommonMark strips it from every line of the block
+
+
 def journal_entry(
     n: int,
     status: Status,
@@ -123,22 +132,49 @@ def journal_entry(
 ) -> str:
     """One entry, to append to journal.md: starts on a new line after a blank line.
 
-    A death carries its exit code and the last five stderr lines, nothing else.
+    A death carries its exit code and its stderr's last five lines, preceded by its
+    Lisp error line when that is further up (``death_lines``), nothing else, in a
+    fence no line of it can close (``death_block``).
     """
     parts = [status] + ([detail] if detail else []) + [timestamp]
     text = f"\n## gen {n} {DASH} " + f" {DASH} ".join(parts) + "\n"
     if status == "died":
-        tail = (stderr_lines or [])[-5:]
-        fence = _fence_for(tail)
-        text += f"exit {exit_status}\n{fence}\n" + "".join(line + "\n" for line in tail)
-        text += f"{fence}\n"
+        text += f"exit {exit_status}\n" + death_block(death_lines(stderr_lines or []))
     return text
 
 
-def _fence_for(lines: list[str]) -> str:
-    """``~~~``, or longer than any tilde run opening a line, so stderr cannot close it."""
-    longest = max((len(line) - len(line.lstrip("~")) for line in lines), default=0)
-    return "~" * max(3, longest + 1)
+def death_lines(stderr_lines: list[str]) -> list[str]:
+    """The stderr lines a death entry keeps: the last five, and before them the last
+    ``Debugger entered--Lisp error: ...`` line when it is not among them (physics
+    release 2: the original cut it off, so no later life learned why its ancestor died)."""
+    tail = stderr_lines[-DEATH_TAIL_LINES:]
+    before = stderr_lines[:-DEATH_TAIL_LINES]
+    causes = [line for line in before if line.startswith(LISP_ERROR_PREFIX)]
+    return causes[-1:] + tail
+
+
+def death_block(lines: list[str]) -> str:
+    """``lines`` verbatim in a fenced block that no Markdown reader can end early.
+
+    The fence is longer than any run of tildes or backticks anywhere in the text, so no
+    line (indented up to three spaces or not) closes it in CommonMark. When a line
+    would read as an entry heading to the original instrument's reader (which ignores
+    fences), the fence and every line are indented three spaces: CommonMark strips them
+    again (the block's text is unchanged), and no line starts with ``##`` any more.
+    """
+    text = "\n".join(lines)
+    longest = max((len(run) for run in re.findall(r"~+|`+", text)), default=0)
+    fence = "~" * max(3, longest + 1)
+    if not _ORIGINAL_HEADING.search(text):
+        return "".join(f"{line}\n" for line in [fence, *lines, fence])
+    return "".join(f"{_guarded(line)}\n" for line in [fence, *lines, fence])
+
+
+def _guarded(line: str) -> str:
+    """``line`` indented by the guard, and so is every line a CR starts within it (a CR
+    is a line ending to CommonMark; one just before the LF belongs to that ending)."""
+    body, ending = (line[:-1], "\r") if line.endswith("\r") else (line, "")
+    return _GUARD + body.replace("\r", "\r" + _GUARD) + ending
 
 
 def append_entry(journal: str, entry: str) -> str:
@@ -157,34 +193,64 @@ class JournalHeading:
     line: int  # 1-based line number in journal.md
 
 
+# CommonMark's fenced code block (its opening line; a closing one has no info string)
+# and ATX heading, as far as a journal can hold them: up to three spaces of indentation.
+_FENCE_OPEN = re.compile(r"\A {0,3}(?P<fence>`{3,}(?=[^`]*\Z)|~{3,})")
+_ATX_H2 = re.compile(r"\A {0,3}##(?:[ \t]+(?P<text>.*?))?(?:[ \t]+#+)?[ \t]*\Z")
+
+
+def _commonmark_lines(line: str) -> list[str]:
+    """The lines CommonMark sees in one ``\n``-separated line: a CR ends a line too (and a
+    CR before the LF is part of that line ending)."""
+    parts = line.split("\r")
+    return parts[:-1] if len(parts) > 1 and not parts[-1] else parts
+
+
+def _closes(line: str, fence: str) -> bool:
+    """Does ``line`` close a block opened by ``fence`` (CommonMark: up to three spaces,
+    the same character, at least as many, then only spaces or tabs)?"""
+    stripped = line.lstrip(" ")
+    if len(line) - len(stripped) > 3 or not stripped.startswith(fence):
+        return False
+    return not stripped.lstrip(fence[0]).strip(" \t")
+
+
+def _heading(text: str, line: int) -> JournalHeading | None:
+    match = _HEADING.match(text)
+    if match is not None:
+        status: Status = match.group("status")  # type: ignore[assignment]
+        return JournalHeading(int(match.group("n")), status, match.group("detail"),
+                              match.group("at"), line)
+    old = _OLD_HEADING_DETAIL.match(text)
+    if old is not None:
+        return JournalHeading(int(old.group("n")), "changed", old.group("detail"),
+                              old.group("at"), line)
+    return None
+
+
 def parse_journal(text: str) -> list[JournalHeading]:
-    """Every ``## gen N — status — ...`` heading of a journal, in file order."""
+    """Every ``## gen N — status — ...`` heading of a journal, in file order, as a
+    CommonMark reader sees them: nothing inside a fenced block (a death's stderr) is a
+    heading, and a block ends only where CommonMark ends it. ``line`` counts
+    ``\n``-separated lines."""
     headings: list[JournalHeading] = []
-    fence: str | None = None  # inside a death's stderr block: nothing there is a heading
-    for index, line in enumerate(text.split("\n"), start=1):
-        if fence is not None:
-            if line.startswith(fence) and not line.strip("~"):
-                fence = None
-            continue
-        if line.startswith("~~~") and not line.strip("~"):
-            fence = line
-            continue
-        if not line.startswith("## gen "):
-            continue
-        match = _HEADING.match(line)
-        if match is not None:
-            status: Status = match.group("status")  # type: ignore[assignment]
-            headings.append(
-                JournalHeading(int(match.group("n")), status, match.group("detail"),
-                               match.group("at"), index)
-            )
-            continue
-        old = _OLD_HEADING_DETAIL.match(line)
-        if old is not None:
-            headings.append(
-                JournalHeading(int(old.group("n")), "changed", old.group("detail"),
-                               old.group("at"), index)
-            )
+    fence: str | None = None  # inside a fenced block: its opening fence
+    for index, physical in enumerate(text.split("\n"), start=1):
+        for line in _commonmark_lines(physical):
+            if fence is not None:
+                if _closes(line, fence):
+                    fence = None
+                continue
+            opened = _FENCE_OPEN.match(line)
+            if opened is not None:
+                fence = opened.group("fence")
+                continue
+            atx = _ATX_H2.match(line)
+            if atx is None or not atx.group("text"):
+                continue
+            heading = _heading(f"## {atx.group('text')}", index)
+            if heading is not None:
+                headings.append(heading)
     return headings
 
 

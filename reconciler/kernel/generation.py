@@ -111,7 +111,6 @@ KILL_POINTS = (
     "before-marker-removal",
 )
 KILL_POINT_ENV = "OURO_KERNEL_TEST_KILL_POINT"
-JOURNAL_TAIL_LINES = 5
 OBSERVATION_TAIL_LINES = 20
 
 
@@ -517,7 +516,7 @@ def _classify(
         outcome = "process_exit"
     entry = journal_entry(
         n, "died", timestamp, exit_status=result.exit_status,
-        stderr_lines=lines[-JOURNAL_TAIL_LINES:],
+        stderr_lines=lines,  # the entry keeps the last five and the Lisp error line
     )
     tree_id = publish.death_tree(lineage, head, _append(journal, entry))
     return _Result("died", outcome, tree_id, subject_died(n, result.exit_status), None, None,

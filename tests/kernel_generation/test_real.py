@@ -244,16 +244,22 @@ def test_death_journal_keeps_exactly_the_last_five_lines(born: Lineage,
     assert not (born.worktree / "unpublished.txt").exists()
 
 
-def test_an_emacs_backtrace_fills_the_five_lines_with_frames(born: Lineage,
-                                                             quiet: ModelConfig) -> None:
-    """A Lisp error's backtrace ends in a blank line: it takes none of the five places."""
-    install(born, "(undefined-function-of-the-organism)\n")
+def test_an_emacs_backtrace_keeps_its_lisp_error_line_and_five_frames(
+        born: Lineage, quiet: ModelConfig) -> None:
+    """A Lisp error's backtrace ends in a blank line: it takes none of the five places.
+    Its first line, the cause, is kept before them (physics release 2: the original cut
+    it off, so no later life learned why its ancestor died)."""
+    install(born, "(defun deep (n) (if (> n 0) (deep (1- n)) (undefined-function-of-the-organism)))"
+                  "\n(deep 8)\n")
     outcome = generate(born, quiet)
     assert outcome.outcome == "process_exit"
     entry = born.journal().rsplit("~~~\n", 2)[-2]  # the fenced stderr block
     lines = entry.split("\n")[:-1]
-    assert len(lines) == 5 and all(lines), lines
-    assert lines[-1] == "  normal-top-level()"
+    assert len(lines) == 6 and all(lines), lines
+    assert lines[0] == ("Debugger entered--Lisp error: "
+                        "(void-function undefined-function-of-the-organism)")
+    assert (lines[1], lines[-1]) == ("  deep(8)", "  normal-top-level()")  # the last five
+    assert [h.status for h in formats.parse_journal(born.journal())] == ["died"]
 
 
 def test_no_change_has_no_zero_zero(born: Lineage, tmp_path: Path) -> None:
