@@ -90,7 +90,7 @@ def _usr_links() -> list[str]:
 
 def bwrap_argv(
     *, kernel_dir: Path, ceilings: Ceilings, seccomp_fd: int | None = None,
-    own_devpts: bool = False,
+    own_devpts: bool = False, ids: tuple[int, int] | None = None,
 ) -> list[str]:
     """bwrap's command line for one life, runner included.
 
@@ -98,6 +98,7 @@ def bwrap_argv(
     ``own_devpts``: bind the life's own devpts instance, which ``confinement.PRELUDE``
     mounted at /dev/pts in the life's own mount namespace, over bwrap's -- only ever
     together with that prelude (``life_argv``): without it, /dev/pts is the host's.
+    ``ids``: the uid and gid the life has (``--uid``/``--gid``).
     """
     args = [_bwrap(), "--clearenv", "--setenv", "HOME", WORK, "--setenv", "PATH", SANDBOX_PATH]
     args += ["--ro-bind", "/usr", "/usr", *_usr_links()]
@@ -124,6 +125,8 @@ def bwrap_argv(
         "--cap-drop", "ALL", "--die-with-parent", "--new-session",
         "--chdir", WORK,
     ]
+    if ids is not None:
+        args += ["--uid", str(ids[0]), "--gid", str(ids[1])]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return [*args, "--", "/bin/sh", f"{KERNEL_MOUNT}/runner.sh"]
@@ -132,10 +135,12 @@ def bwrap_argv(
 def life_argv(*, kernel_dir: Path, ceilings: Ceilings, seccomp_fd: int) -> list[str]:
     """The complete command line of one life of physics release 2: the confinement
     prelude (own user namespace with bounded counts, own devpts, RLIMIT_NOFILE), then
-    bwrap with the seccomp filter."""
+    bwrap with the seccomp filter. bwrap runs as uid 0 of the prelude's namespace, so it
+    is told the ids the life had without the prelude (ouro's own): an organism sees the
+    same uid and gid under either physics, on any host."""
     return [*confinement.prelude_argv(),
             *bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd,
-                        own_devpts=True)]
+                        own_devpts=True, ids=(os.getuid(), os.getgid()))]
 
 
 def install_runner(kernel_dir: Path) -> None:

@@ -11,6 +11,9 @@ import ctypes
 import errno
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -151,6 +154,8 @@ def test_the_life_argv_puts_the_prelude_before_bwrap(tmp_path: Path) -> None:
     assert argv[: len(prelude)] == prelude
     assert os.path.basename(argv[len(prelude)]) == "bwrap"
     assert argv[argv.index("--seccomp") + 1] == "7"
+    assert argv[argv.index("--uid") + 1] == str(os.getuid())
+    assert argv[argv.index("--gid") + 1] == str(os.getgid())
     at = argv.index("--dev-bind")
     assert argv[at: at + 3] == ["--dev-bind", "/dev/pts", "/dev/pts"]
     assert argv.index("--dev") < at < argv.index("--remount-ro")
@@ -353,3 +358,40 @@ def test_inotify_watches_are_bounded(tmp_path: Path) -> None:
 
 def test_errno_names_are_linuxs() -> None:
     assert errno.errorcode[errno.EPERM] == "EPERM" and errno.errorcode[errno.ENOSYS] == "ENOSYS"
+
+
+@pytest.mark.sandbox
+def test_a_non_root_operator_gets_the_same_confinement_and_keeps_its_uid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prelude and bwrap as an unprivileged user (nobody, through setpriv): the life
+    keeps that uid (bwrap --uid), is filtered, has its own bounded devpts and files."""
+    need_real()
+    require(shutil.which("setpriv") is not None, "needs util-linux's setpriv")
+    nobody = 65534
+    folder = Path(tempfile.mkdtemp(prefix="ouro-scmp-"))
+    try:
+        folder.chmod(0o755)
+        monkeypatch.setattr(os, "getuid", lambda: nobody)
+        monkeypatch.setattr(os, "getgid", lambda: nobody)
+        seccomp_fd = seccomp_bpf.filter_fd()
+        try:
+            argv = life_argv(kernel_dir=folder, ceilings=CEILINGS, seccomp_fd=seccomp_fd)
+            monkeypatch.undo()
+            argv = [*argv[: argv.index("--") + 1], "/bin/sh", "-c",
+                    "id -u; id -g; grep Seccomp: /proc/self/status; ulimit -Hn; "
+                    "grep ' /dev/pts ' /proc/self/mountinfo | tail -1"]
+            done = subprocess.run(
+                ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", *argv],
+                pass_fds=(seccomp_fd,), capture_output=True, text=True, timeout=60,
+                env={"PATH": "/usr/bin:/bin"}, check=False)
+        finally:
+            os.close(seccomp_fd)
+    finally:
+        shutil.rmtree(folder)
+    require(not ("unshare" in done.stderr and "Operation not permitted" in done.stderr),
+            "needs unprivileged user namespaces")
+    assert done.returncode == 0, done.stderr
+    uid, gid, seccomp, nofile, pts = done.stdout.splitlines()
+    assert (uid, gid, nofile) == (str(nobody), str(nobody), str(confinement.OPEN_FILES))
+    assert seccomp.split() == ["Seccomp:", "2"]
+    assert f"max={confinement.PTYS}" in pts and "ouro-devpts" in pts
