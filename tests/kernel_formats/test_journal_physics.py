@@ -1,0 +1,87 @@
+"""The journal of release 2 is physics: only lineages born under it get it.
+
+A lineage born under the kernel before it dies, after the release, under its stored
+kernel: its death entry is the original's (the last five stderr lines, the Lisp error
+cut off). One born after it dies the same death and keeps the Lisp error line. Real
+applies of a real checkout: real sandbox, real Emacs, a replay model whose one reply
+is a lethal organism (gen 1 installs it, gen 2 dies of it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reconciler.kernel import formats
+from tests.apply.helpers import write_replies, write_spec
+from tests.host import require
+from tests.kernels.checkout import REPO_ROOT, commit, environment, make_checkout, ouro
+from tests.observe.builder import lineage_paths
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
+
+# main just before release 2's journal (the fence and the Lisp error line) landed
+BEFORE_JOURNAL = "9ed32c446b001de193094220333afe0ee1e8d3c4"
+LETHAL = ("(defun deep (n) (if (> n 0) (deep (1- n)) (undefined-function-of-the-organism)))\n"
+          "(deep 8)\n")
+CAUSE = "Debugger entered--Lisp error: (void-function undefined-function-of-the-organism)"
+
+
+def _archive(commit_id: str, folder: Path) -> bool:
+    """Write this repository's tree at ``commit_id`` into ``folder`` (git archive)."""
+    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
+        return False
+    found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
+                            f"{commit_id}^{{commit}}"], capture_output=True, check=False)
+    if found.returncode != 0:
+        return False
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit_id],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return True
+
+
+def _apply(checkout: Path, env: dict[str, str], specs: Path) -> None:
+    done = ouro(checkout, env, "apply", "--yes", "--json", "--parallel", "2", str(specs))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _death_block(state: Path, name: str) -> list[str]:
+    """The stderr lines of the death entry of generation 2, as CommonMark reads them."""
+    journal = (lineage_paths(state, name).worktree / "journal.md").read_text()
+    assert [(h.number, h.status) for h in formats.parse_journal(journal)] == \
+        [(1, "changed"), (2, "died")]
+    return journal.split("\nexit 255\n", 1)[1].split("\n")[1:-2]  # between the fences
+
+
+def test_only_a_lineage_born_under_release_2_keeps_its_deaths_cause(tmp_path: Path) -> None:
+    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
+            "needs bubblewrap and git")
+    old_source = tmp_path / "ouro-before"
+    require(_archive(BEFORE_JOURNAL, old_source), "needs this repository's git history")
+    checkout = make_checkout(tmp_path / "ouro", source=old_source)
+    state = tmp_path / "state"
+    env = environment(state)
+    specs = tmp_path / "specs"
+    replies = write_replies(specs / "replies", [LETHAL])
+    write_spec(specs, "before", 1, provider="replay", replay=str(replies))
+    _apply(checkout, env, specs)  # born under the kernel before the release: gen 1 changed
+
+    shutil.rmtree(checkout / "reconciler")
+    shutil.copytree(REPO_ROOT / "reconciler", checkout / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build_commit.txt"))
+    commit(checkout, "release 2's journal")
+    write_spec(specs, "before", 2, provider="replay", replay=str(replies))
+    write_spec(specs, "after", 2, provider="replay", replay=str(replies))
+    _apply(checkout, env, specs)
+
+    old = _death_block(state, "before")  # its stored kernel: the original's five lines
+    assert len(old) == 5 and CAUSE not in old
+    assert (old[0], old[-1]) == ("  deep(8)", "  normal-top-level()")
+    new = _death_block(state, "after")
+    assert new[0] == CAUSE and len(new) == 6
+    assert new[1:] == old  # the same five frames after it
