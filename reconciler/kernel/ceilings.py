@@ -19,9 +19,10 @@ Backends, tried in this order by ``enforcement: auto``:
 
 Every backend starts the child through a gate: ``/bin/sh`` waits on a pipe
 (its stdin) until the kernel has put it into the scope and checked that it is
-there, then execs the real command with stdin from /dev/null. No
-``preexec_fn`` (unsafe with threads); a failure before the gate opens kills
-the child, which never ran anything.
+there (and the caller's ``prepare(pid)`` has run: the sandbox sets the life's
+resource limits with ``prlimit``), then execs the real command with stdin from
+/dev/null. No ``preexec_fn`` (unsafe with threads); a failure before the gate
+opens kills the child, which never ran anything.
 
 The wall limit is the sandbox's (a timer that calls ``Scope.kill``); the
 systemd backend also sets ``RuntimeMaxSec`` as a backstop.
@@ -74,7 +75,8 @@ UNKNOWN = Accounting(None, None, None, None)
 class Scope(Protocol):
     backend: str
 
-    def popen(self, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]: ...
+    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[bytes]: ...
     def kill(self) -> None: ...
     def accounting(self) -> Accounting: ...
     def close(self) -> None: ...
@@ -206,7 +208,16 @@ class _Gated:
         finally:
             os.close(read_fd)
 
-    def open(self) -> None:
+    def open(self, prepare: Callable[[int], None] | None = None) -> None:
+        """Let the child run its command, after ``prepare(pid)`` (if given) has done what
+        must be in place before it does (e.g. ``prlimit``); if ``prepare`` raises, the
+        child is killed unrun and the error propagates."""
+        if prepare is not None:
+            try:
+                prepare(self.proc.pid)
+            except BaseException:
+                self.abort()
+                raise
         try:
             os.write(self._write_fd, b"go\n")
         finally:
@@ -346,7 +357,8 @@ class _CgroupScope:
     def _kill_file(self) -> Path | None:
         return None
 
-    def popen(self, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         _popen_once(self)
         gated = _Gated(argv, popen_kwargs)
         pid = gated.proc.pid
@@ -364,7 +376,7 @@ class _CgroupScope:
             raise CeilingError(
                 f"kernel: cannot put the generation into its {self.backend} scope: {exc}"
             ) from exc
-        gated.open()
+        gated.open(prepare)
         self._proc = gated.proc
         return gated.proc
 
@@ -633,7 +645,8 @@ class SystemdScope:
         )
         return _systemctl_values(done.stdout.decode("utf-8", "replace"))
 
-    def popen(self, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         _popen_once(self)
         # systemd-run --scope execs its command: the gate is the unit's main process.
         # A user manager is found through these two variables; bwrap's --clearenv keeps
@@ -649,7 +662,11 @@ class SystemdScope:
             gated.abort()
             self.close()
             raise
-        gated.open()
+        try:
+            gated.open(prepare)
+        except BaseException:
+            self.close()
+            raise
         self._proc = gated.proc
         return gated.proc
 

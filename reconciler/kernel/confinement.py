@@ -17,8 +17,10 @@ leaves open, besides the seccomp filter (``seccomp_filter``):
   per-user-namespace counts (``/proc/sys/user/max_*``: the kernel charges every
   namespace up to the host's, so a life's use is bounded by what is set here),
   mounts a devpts instance of the life's own with ``max=`` (bound over bwrap's
-  /dev/pts; /dev/ptmx points into it) and lowers RLIMIT_NOFILE (soft and hard)
-  before bwrap runs. bwrap then drops every capability as before.
+  /dev/pts; /dev/ptmx points into it) before bwrap runs. bwrap then drops every
+  capability as before. The resource limits counted per host user (``RLIMITS``:
+  open files, message-queue bytes, pending signals) are set on the life's first
+  process with ``prlimit`` before it runs (``Scope.popen``'s ``prepare``).
 - What cannot be bounded per life on a shared kernel is said in ``UNBOUNDED``.
 
 Everything here is disclosed in ``constraints.sandbox`` (``disclosure``) and is
@@ -32,13 +34,26 @@ from typing import Any
 
 from . import seccomp_filter
 
-__all__ = ["LIMITS", "PRELUDE", "UNBOUNDED", "disclosure", "prelude_argv"]
+__all__ = ["LIMITS", "PRELUDE", "RLIMITS", "UNBOUNDED", "disclosure", "prelude_argv"]
 
 # The counts a life may hold. Each is far above what Emacs, its call-process children
 # and the seed organism use (none of them opens a pty, an inotify instance or 100 files)
 # and far below the host's (inotify: 128 instances per user by default).
 OPEN_FILES = 1024  # RLIMIT_NOFILE, soft and hard, of every process of the life
 PTYS = 64  # the life's own devpts instance: max=
+MESSAGE_QUEUE_BYTES = 0  # RLIMIT_MSGQUEUE
+PENDING_SIGNALS = 1024  # RLIMIT_SIGPENDING
+# Resource limits (soft and hard) of the life's first process, so of every process of
+# it, set with prlimit before it runs. RLIMIT_MSGQUEUE and RLIMIT_SIGPENDING are counted
+# per user namespace *and up to the host's* (the kernel's rlimit ucounts): a life left
+# at the host's values could use up what the host's processes of the same uid have.
+# POSIX message queues are no organism's business (0 bytes); 1024 queued signals are
+# far more than Emacs and its children queue.
+RLIMITS: tuple[tuple[str, int], ...] = (
+    ("RLIMIT_NOFILE", OPEN_FILES),
+    ("RLIMIT_MSGQUEUE", MESSAGE_QUEUE_BYTES),
+    ("RLIMIT_SIGPENDING", PENDING_SIGNALS),
+)
 # /proc/sys/user/<name> in the life's own user namespace. The namespace counts leave
 # bwrap the ones it makes itself (a user namespace twice with --disable-userns; one
 # each of mount, pid, ipc, uts, net, cgroup); the filter refuses the organism any.
@@ -56,7 +71,8 @@ USER_NAMESPACE_COUNTS: tuple[tuple[str, int], ...] = (
     ("max_cgroup_namespaces", 4),
     ("max_time_namespaces", 0),
 )
-LIMITS: dict[str, int] = {"open_files": OPEN_FILES, "ptys": PTYS,
+LIMITS: dict[str, int] = {"open_files": OPEN_FILES, "message_queue_bytes": MESSAGE_QUEUE_BYTES,
+                          "pending_signals": PENDING_SIGNALS, "ptys": PTYS,
                           **{name[len("max_"):]: value for name, value in USER_NAMESPACE_COUNTS}}
 # Counters a life still shares with the host, and why (docs/contract.md says the same).
 UNBOUNDED = (
@@ -71,7 +87,6 @@ UNSHARE = "/usr/bin/unshare"
 # without the bounds (set -e; the mount happens before the exec or not at all).
 PRELUDE = "\n".join([
     "set -e",
-    f"ulimit -n {OPEN_FILES}",
     *(f"echo {value} > /proc/sys/user/{name}" for name, value in USER_NAMESPACE_COUNTS),
     "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,max="
     f"{PTYS} ouro-devpts /dev/pts",

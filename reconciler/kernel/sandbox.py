@@ -27,6 +27,7 @@ last ``STDERR_LIMIT`` bytes.
 from __future__ import annotations
 
 import os
+import resource
 import selectors
 import shutil
 import subprocess
@@ -209,10 +210,18 @@ def _filter_fd() -> int:
             "and ouro's dependency pyseccomp (pip install -c constraints.txt -e .)") from exc
 
 
+def _bound_resources(pid: int) -> None:
+    """The life's resource limits (``confinement.RLIMITS``), soft and hard, set on its
+    first process before it runs: every process of the life inherits them."""
+    for name, value in confinement.RLIMITS:
+        resource.prlimit(pid, getattr(resource, name), (value, value))
+
+
 def _start(scope: Scope, argv: list[str], seccomp_fd: int | None) -> subprocess.Popen[bytes]:
     def spawn() -> subprocess.Popen[bytes]:
         return scope.popen(
             argv,
+            prepare=None if seccomp_fd is None else _bound_resources,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

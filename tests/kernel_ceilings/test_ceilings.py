@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import stat
 import subprocess
 import sys
@@ -85,6 +86,40 @@ def test_cgroup1_child_starts_inside_every_hierarchy() -> None:
     for controller in ("cpu", "cpuacct", "memory", "pids"):
         assert any(controller in line.split(":")[1].split(",") and
                    line.endswith(f"/ouro/{name}") for line in lines), (controller, lines)
+
+
+@pytest.mark.cgroup
+def test_prepare_runs_on_the_gated_child_before_its_command(tmp_path: Path) -> None:
+    """``prepare(pid)`` sees the child in its scope, waiting at the gate: what it sets
+    (here a resource limit) is in force when the command runs; if it raises, the
+    command never runs."""
+    need_cgroup1()
+    seen: list[int] = []
+
+    def prepare(pid: int) -> None:
+        seen.append(pid)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (77, 77))
+
+    scope = open_scope(SMALL, unique("prep"))
+    try:
+        proc = scope.popen(["/bin/sh", "-c", "ulimit -n; ulimit -Hn"], prepare=prepare,
+                           stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        scope.close()
+    assert seen == [proc.pid] and out.decode().split() == ["77", "77"]
+
+    def refuse(pid: int) -> None:
+        raise OSError("refused")
+
+    marker = tmp_path / "ran"
+    scope = open_scope(SMALL, unique("prep"))
+    try:
+        with pytest.raises(OSError, match="refused"):
+            scope.popen(["touch", str(marker)], prepare=refuse)
+    finally:
+        scope.close()
+    assert not marker.exists()
 
 
 @pytest.mark.cgroup

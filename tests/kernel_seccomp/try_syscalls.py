@@ -123,6 +123,13 @@ def probes(names, caps, request):
         out["files"] = [len(held), error]
         for fd in held:
             os.close(fd)
+    if "rlimits" in names:
+        out["rlimits"] = {name: list(resource.getrlimit(getattr(resource, name)))
+                          for name in ("RLIMIT_MSGQUEUE", "RLIMIT_SIGPENDING")}
+        libc.mq_open.restype = ctypes.c_int
+        ctypes.set_errno(0)
+        queue = libc.mq_open(b"/ouro-test", os.O_CREAT | os.O_RDWR, 0o600, None)
+        out["mq_open"] = 0 if queue >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
     if "ptys" in names:
         held, error = count_until_failure(os.openpty, caps["ptys"])
         out["ptys"] = [len(held), error]
