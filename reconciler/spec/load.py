@@ -34,7 +34,7 @@ from ruamel.yaml.reader import ReaderError
 
 from reconciler.errors import Problem, SpecError
 from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
-from reconciler.spec import API_VERSION, KIND, LineageSpec, units
+from reconciler.spec import API_VERSION, KIND, LineageSpec, places, units
 from reconciler.spec.files import FileRefused, read_limited
 
 __all__ = [
@@ -153,6 +153,13 @@ def state_dir(explicit: Path | None = None) -> Path:
 
 
 _resolve_state_dir = state_dir
+
+
+def _state_dir_or_none(explicit: Path | None) -> Path | None:
+    try:
+        return _resolve_state_dir(explicit)
+    except (RuntimeError, KeyError, OSError, ValueError):
+        return None
 
 
 # --- reading files ------------------------------------------------------------------
@@ -598,8 +605,8 @@ def default_places(path: Path, name: str) -> LineagePaths:
     branch = f"lineage-{name}"
     return LineagePaths(
         worktree=path,
-        git_dir=path.with_name(path.name + ".git"),
-        observations=path.with_name(path.name + ".observations"),
+        git_dir=Path(f"{path}.git"),  # "/" has no name to change: "/.git", refused later
+        observations=Path(f"{path}.observations"),
         branch=branch,
         observation_branch=f"observations/{branch}",
         name=name,
@@ -673,27 +680,57 @@ def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
 
 # Kernel pseudo-filesystems: a lineage's places there would be the host's own state.
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+_FIELDS = ("path", "git_dir", "observations")
+_PLACE_NAMES = {"path": "worktree", "git_dir": "git dir", "observations": "observations"}
 
 
-def _check_real_places(documents: list[_Document], loaded: list[LoadedSpec],
-                       problems: list[Problem]) -> None:
-    """No place of a lineage is under /proc, /sys or /dev (as written, or once resolved)."""
+def _pseudo_problem(place: Path) -> str | None:
+    resolved = Path(os.path.realpath(place))
+    pseudo = next((root for root in PSEUDO_FILESYSTEMS
+                   if place.is_relative_to(root) or resolved.is_relative_to(root)), None)
+    if pseudo is None:
+        return None
+    return (f"{place} is under {pseudo}, a kernel pseudo-filesystem: a lineage's places "
+            "must be on a real filesystem; choose another path (or state dir)")
+
+
+def _nested_in_run(place: Path, own: str, field: str,
+                   named: list[tuple[Path, Path, str, str]]) -> str | None:
+    """Why ``place`` lies inside a place another spec of this run names (None: it does not)."""
+    real = Path(os.path.realpath(place))
+    for other, other_real, name, other_field in named:
+        if name == own:
+            continue  # a git dir inside its own worktree is git's ordinary layout
+        if (place != other and place.is_relative_to(other)) or (
+                real != other_real and real.is_relative_to(other_real)):
+            return (f"{place} is inside {other}, lineage {name!r}'s "
+                    f"{_PLACE_NAMES[other_field]}: a "
+                    "lineage inside another would be committed into it (an external edit) "
+                    "or read as its history; choose a path outside it")
+    return None
+
+
+def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
+                  problems: list[Problem], state: Path | None) -> None:
+    """Each place of each lineage is one it may live in (``reconciler.spec.places``)."""
+    named = [(place, Path(os.path.realpath(place)), spec.name, field) for spec in loaded
+             for field, place in zip(_FIELDS, _places(spec), strict=True)]
     for document, spec in zip(documents, loaded, strict=True):
-        paths = spec.paths()
-        for field, place in (("path", paths.worktree), ("git_dir", paths.git_dir),
-                             ("observations", paths.observations)):
-            resolved = Path(os.path.realpath(place))
-            pseudo = next((root for root in PSEUDO_FILESYSTEMS
-                           if place.is_relative_to(root) or resolved.is_relative_to(root)),
-                          None)
-            if pseudo is not None:
+        for field, place in zip(_FIELDS, _places(spec), strict=True):
+            problem = (_pseudo_problem(place) or places.system_problem(place)
+                       or places.reserved_problem(place, state)
+                       or _nested_in_run(place, spec.name, field, named)
+                       or places.inside_a_lineage(place, _places(spec)))
+            if problem is not None:
                 problems.append(_problem(
                     document.source.shown,
                     *_locate(document.node, ("spec", "storage", field), key=False),
-                    f"spec.storage.{field}",
-                    f"{place} is under {pseudo}, a kernel pseudo-filesystem: a lineage's "
-                    "places must be on a real filesystem; choose another path (or state dir)",
-                ))
+                    f"spec.storage.{field}", problem))
+
+
+def _places(spec: LoadedSpec) -> tuple[Path, Path, Path]:
+    paths = spec.paths()
+    return paths.worktree, paths.git_dir, paths.observations
 
 
 def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[LoadedSpec]:
@@ -733,7 +770,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
     if len(loaded) != len(documents):
         documents = [d for d in documents if d.spec.spec.storage.path is not None]
     _check_unique(documents, loaded, problems)
-    _check_real_places(documents, loaded, problems)
+    _check_places(documents, loaded, problems, default_dir or _state_dir_or_none(state_dir))
     if problems:
         files = dict.fromkeys([*(s.shown for s in sources), *(p.file for p in problems)])
         order = {shown: rank for rank, shown in enumerate(files)}

@@ -1,7 +1,8 @@
 """The spec language: pydantic models of one lineage spec, its units and rules.
 
 No I/O except one check: a ``replay`` folder must exist (relative to the
-spec file's folder, given as the validation context ``{"base_dir": Path}``).
+spec file's folder, given as the validation context ``{"base_dir": Path}``) and be
+one a spec may read (``reconciler.spec.places``).
 Positions are the loader's business (``reconciler.spec.load``); these models only
 say *which field* is wrong and *why*, in words a user can act on.
 
@@ -34,7 +35,7 @@ from pydantic import (
 
 from reconciler.kernel import config as kc
 from reconciler.kernel.identity import is_object_id
-from reconciler.spec import prices, units
+from reconciler.spec import places, prices, units
 
 __all__ = [
     "API_VERSION",
@@ -494,6 +495,9 @@ class ModelSpec(_Strict):
             raise ValueError(f"the replay folder {str(folder)!r} does not exist")
         if not is_dir:
             raise ValueError(f"{str(folder)!r} is not a folder")
+        problem = places.replay_problem(folder, Path(base)) if base is not None else None
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("store")

@@ -8,7 +8,8 @@ the lineage's root metadata, when it names them; else the branch each
 repository's HEAD names. The loader's defaults (``lineage-<name>``,
 ``observations/<branch>``) apply only to a birth, or when nothing is recorded.
 A branch the spec names is used as named; ``observe`` then refuses a
-mismatch with the recorded one, naming both.
+mismatch with the recorded one, naming both. A lineage records its name in its
+default branch (``lineage-<name>``): a spec of another name does not adopt it.
 
 Like ``observe``, nothing here writes and nothing raises for a damaged
 lineage: what cannot be read is simply not a record.
@@ -26,7 +27,10 @@ import pygit2
 from reconciler.kernel.config import METADATA_FILE, LineagePaths
 from reconciler.kernel.formats import OBSERVATION_METADATA_FILE
 
-__all__ = ["DeclaredSpec", "Recorded", "recorded_branches", "resolve", "spec_paths"]
+__all__ = ["DEFAULT_BRANCH_PREFIX", "DeclaredSpec", "Recorded", "names_another",
+           "recorded_branches", "resolve", "spec_paths"]
+
+DEFAULT_BRANCH_PREFIX = "lineage-"  # a birth's branch is lineage-<metadata.name>
 
 _READ_ERRORS = (pygit2.GitError, KeyError, ValueError, OSError, TypeError, UnicodeDecodeError)
 
@@ -140,13 +144,25 @@ def recorded_branches(paths: LineagePaths) -> Recorded:
     return Recorded(lineage, observation, lineage_source, observation_source)
 
 
+def names_another(branch: str | None, name: str) -> str | None:
+    """The lineage name a default branch (``lineage-NAME``) records, when it is not ``name``."""
+    if not name or branch is None or not branch.startswith(DEFAULT_BRANCH_PREFIX):
+        return None
+    recorded = branch.removeprefix(DEFAULT_BRANCH_PREFIX)
+    return recorded if recorded != name else None
+
+
 def resolve(
-    paths: LineagePaths, *, declared_branch: str | None, declared_observation_branch: str | None
+    paths: LineagePaths, *, declared_branch: str | None, declared_observation_branch: str | None,
+    by_name: bool = False,
 ) -> LineagePaths:
     """``paths`` (the loader's defaults) with the branches the spec means.
 
     Declared branches win; an unset one is the recorded one when the lineage exists,
-    else the default (a birth).
+    else the default (a birth). ``by_name`` (a spec's lineage): a recorded default
+    branch of ANOTHER name (``lineage-a`` for a spec named ``b``) is not adopted: the
+    spec keeps its own, and ``observe`` refuses the mismatch naming both (two specs
+    naming one place across runs are told apart as within one).
     """
     if declared_branch and declared_observation_branch:
         return replace(paths, branch=declared_branch,
@@ -155,6 +171,8 @@ def resolve(
         return paths
     recorded = recorded_branches(paths)
     branch = declared_branch or recorded.lineage or paths.branch
+    if by_name and declared_branch is None and names_another(recorded.lineage, paths.name):
+        branch = paths.branch
     observation = (
         declared_observation_branch or recorded.observation or f"observations/{branch}"
     )
@@ -167,4 +185,5 @@ def spec_paths(spec: DeclaredSpec) -> LineagePaths:
         spec.paths(),
         declared_branch=spec.declared_branch,
         declared_observation_branch=spec.declared_observation_branch,
+        by_name=True,
     )

@@ -41,7 +41,7 @@ from reconciler.kernel.config import (
 from reconciler.kernel.publish import ref_locks
 from reconciler.kernel.recovery import marker_alive
 from reconciler.state.audit_objects import damage_message, unreadable_newest
-from reconciler.state.branches import Recorded, recorded_branches
+from reconciler.state.branches import Recorded, names_another, recorded_branches
 from reconciler.state.holders import Holder, held_by
 
 __all__ = [
@@ -276,9 +276,16 @@ def _check_recorded(paths: LineagePaths, recorded: Recorded, problems: _Problems
          recorded.observation_source),
     ):
         if have is not None and have != want:
+            recorded_name = names_another(have, paths.name) if label == "branch" else None
+            named = (
+                f": it is lineage {recorded_name!r}, and this spec is named {paths.name!r} "
+                f"(rename the spec to {recorded_name!r}, give it a storage.path of its own, or "
+                f"set storage.branch: {have} to adopt that lineage under this name)"
+            ) if recorded_name is not None and want == f"lineage-{paths.name}" else ""
             problems.add(
                 "branch-mismatch",
-                f"the lineage records {label} {have!r} ({source}); the spec names {want!r}",
+                f"the lineage records {label} {have!r} ({source}); the spec names {want!r}"
+                + named,
             )
 
 

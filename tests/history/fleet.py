@@ -174,7 +174,7 @@ def build_fleet(root: Path) -> Fleet:
     _apply(env, specs / "fleet.yaml", story)
     (state / "story" / "notes.md").write_text("a human was here <b>bold</b>\n")
     write_spec(specs, "story", 6, provider="replay", replay=str(scribe_replies))
-    replies = write_replies(root / "hostile-replies", [HOSTILE_BODY])
+    replies = write_replies(specs / "hostile-replies", [HOSTILE_BODY])
     hostile = write_spec(specs, "hostile", 3, provider="replay", replay=str(replies))
     _apply(env, story, hostile)
     _forge(default_places(state / "hostile", "hostile"))

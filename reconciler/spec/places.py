@@ -1,0 +1,221 @@
+"""Where a spec may point: its replay folder, and where its lineage may live.
+
+Rule: a spec names paths; a path names what it reaches only once links are followed.
+So every check here is made on the path as written AND as resolved, and says, in
+words a user can act on, what the place is and what to do. No git is read: a
+lineage's places are recognised by the files the kernel leaves in them.
+
+- A ``replay`` folder lies (links followed) inside the spec file's own folder tree,
+  and each reply in it (every non-hidden entry) is a regular file, not a link, of at
+  most ``MAX_REPLY_BYTES``: a spec cannot make a secret of the host (``~/.aws``, a
+  0600 credentials file) the organism's code, its observation, and a page of the viewer.
+- A storage place is not a system location (``SYSTEM_FOLDERS``, the root, a top-level
+  folder, the home folder itself), not in a folder on the host Python's path (the
+  running ouro's ``sys.path`` and each system ``python3``'s, the user site folder
+  included even before it exists: organism code there runs in any ``python3``), not
+  in the state dir's own folders (its hidden ones: caches, kernel store, secrets; and
+  ``slurm-jobs``) nor in the kernel store, and not inside another lineage's worktree,
+  git dir or observations (on disk, or named by a spec of the same run).
+
+The folder a Python invocation is run from (``''`` or the current folder on its path)
+is that invocation's, not the host's path: it is not a reason to refuse.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from reconciler.kernel.config import METADATA_FILE
+
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "SYSTEM_FOLDERS",
+    "lineage_place_at",
+    "python_path_folders",
+    "replay_problem",
+    "system_problem",
+]
+
+# The broker's bound on one provider reply (kernel.providers.MAX_RESPONSE_BYTES): a
+# larger reply file could never be served.
+MAX_REPLY_BYTES = 32 << 20
+# A lineage never lives in these (nor under them): the host's own software and state.
+SYSTEM_FOLDERS = tuple(Path(p) for p in (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/mail", "/var/run",
+    "/var/spool", "/var/backups",
+))
+KERNEL_STORE_ENV = "OURO_KERNEL_STORE"  # reconciler.state.kernels.STORE_ENV
+JOBS_DIR = "slurm-jobs"  # reconciler.engine.executors.slurm.JOBS_DIR
+_OBSERVATION_METADATA = "metadata.json"  # reconciler.kernel.formats.OBSERVATION_METADATA_FILE
+_PYTHON_PATH_PROGRAM = (
+    "import json, site, sys\n"
+    "user = site.getusersitepackages() if site.ENABLE_USER_SITE else None\n"
+    "print(json.dumps([p for p in sys.path if p] + ([user] if user else [])))\n"
+)
+
+
+def _resolved(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def replay_problem(folder: Path, spec_dir: Path) -> str | None:
+    """Why ``folder`` cannot be a replay folder of a spec in ``spec_dir`` (None: it can)."""
+    tree = _resolved(spec_dir)
+    real = _resolved(folder)
+    if not _inside(real, tree):
+        where = f" (it resolves to {real})" if real != folder else ""
+        return (f"the replay folder {str(folder)!r} is outside the spec file's folder "
+                f"{str(tree)!r}{where}: a spec may only replay files of its own tree; put the "
+                "replies in a folder beside the spec")
+    try:
+        names = sorted(name for name in os.listdir(real) if not name.startswith("."))
+    except OSError as error:
+        return f"cannot read the replay folder {str(folder)!r}: {error.strerror or error}"
+    for name in names:
+        try:
+            info = os.lstat(real / name)
+        except OSError as error:
+            return f"cannot read the reply {str(folder / name)!r}: {error.strerror or error}"
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+            kind = "a link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+            return (f"the reply {str(folder / name)!r} is {kind}: every non-hidden entry of "
+                    "a replay folder is one reply, a regular file; move it away (or hide it "
+                    "with a leading '.')")
+        if info.st_size > MAX_REPLY_BYTES:
+            return (f"the reply {str(folder / name)!r} has {info.st_size} bytes; a reply has "
+                    f"at most {MAX_REPLY_BYTES} (what a provider may answer)")
+    return None
+
+
+def system_problem(place: Path) -> str | None:
+    """Why ``place`` (absolute) is a system location (None: it is not)."""
+    home = Path(os.path.expanduser("~"))
+    for shown in dict.fromkeys((place, _resolved(place))):
+        if len(shown.parts) <= 2:
+            return (f"{shown} is the root or a top-level folder of the host: a lineage lives "
+                    "in a folder of its own; choose a path below one")
+        if shown == home:
+            return (f"{shown} is the home folder itself: a lineage lives in a folder of its "
+                    "own; choose a path below it")
+        system = next((folder for folder in SYSTEM_FOLDERS if _inside(shown, folder)), None)
+        if system is not None:
+            return (f"{shown} is under {system}, a system location: a lineage's places "
+                    "must not be where the host keeps its software or state; choose another "
+                    "path (or state dir)")
+    return None
+
+
+def _python_path(program: str) -> list[str]:
+    try:
+        done = subprocess.run([program, "-c", _PYTHON_PATH_PROGRAM], capture_output=True,
+                              timeout=20, check=False, stdin=subprocess.DEVNULL)
+        found = json.loads(done.stdout or b"[]")
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
+
+
+@functools.cache
+def python_path_folders() -> tuple[Path, ...]:
+    """Every folder on the host Python's path: this ouro's ``sys.path``, then each system
+    ``python3``'s (its user site folder even before it exists); zip files left out."""
+    import site
+
+    found = [p for p in sys.path if p]
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        found.append(site.USER_SITE)
+    for program in dict.fromkeys(
+            p for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3"))
+            if p and os.path.exists(p)):
+        found.extend(_python_path(program))
+    cwd = os.getcwd()
+    folders: dict[Path, None] = {}
+    for entry in found:
+        path = Path(os.path.abspath(entry))
+        if str(path) == cwd or path.suffix in (".zip", ".egg", ".whl"):
+            continue  # the invocation's own folder; an archive holds no lineage
+        folders[path] = None
+        folders[_resolved(path)] = None
+    return tuple(folders)
+
+
+def _ancestors(place: Path) -> Iterator[Path]:
+    """The folders ``place`` lies in, innermost first, as written and resolved."""
+    seen: set[Path] = set()
+    for start in (place, _resolved(place)):
+        for folder in start.parents:
+            if folder not in seen:
+                seen.add(folder)
+                yield folder
+
+
+def lineage_place_at(folder: Path) -> str | None:
+    """What lineage place ``folder`` is, from the files the kernel leaves (None: none)."""
+    try:
+        if os.path.isfile(folder / METADATA_FILE) and os.path.lexists(folder / ".git"):
+            return "a lineage's worktree"
+        if os.path.isfile(folder / "HEAD") and os.path.isdir(folder / "objects") and (
+                os.path.isdir(folder / "refs")):
+            return "a git dir"
+        if os.path.isdir(folder / ".git") and os.path.isfile(folder / _OBSERVATION_METADATA):
+            return "a lineage's observations"
+    except OSError:
+        return None
+    return None
+
+
+def inside_a_lineage(place: Path, own: tuple[Path, ...] = ()) -> str | None:
+    """Why ``place`` lies inside a lineage place on disk other than its lineage's ``own``
+    (a git dir inside its own worktree is git's ordinary layout; None: it does not)."""
+    mine = {*own, *(_resolved(p) for p in own)}
+    for folder in _ancestors(place):
+        if folder in mine:
+            continue
+        what = lineage_place_at(folder)
+        if what is not None:
+            return (f"{place} is inside {folder}, {what}: a lineage inside another would be "
+                    "committed into it (an external edit) or read as its history; choose a "
+                    "path outside it")
+    return None
+
+
+def reserved_problem(place: Path, state_dir: Path | None) -> str | None:
+    """Why ``place`` is ouro's own (state dir folders, kernel store) or on the host Python's
+    path (None: it is neither)."""
+    shown = dict.fromkeys((place, _resolved(place)))
+    reserved: list[tuple[Path, str]] = []
+    if state_dir is not None:
+        for base in dict.fromkeys((state_dir, _resolved(state_dir))):
+            try:
+                names = [n for n in os.listdir(base) if n.startswith(".")]
+            except OSError:
+                names = []
+            reserved += [(base / name, "a folder of ouro's own in the state dir")
+                         for name in (*names, ".kernels", ".summaries", ".audits", JOBS_DIR)]
+    store = os.environ.get(KERNEL_STORE_ENV)
+    if store:
+        reserved.append((Path(os.path.abspath(os.path.expanduser(store))), "the kernel store"))
+    for folder, what in reserved:
+        for path in shown:
+            if _inside(path, folder):
+                return (f"{path} is inside {folder}, {what}: choose a path outside it")
+    for folder in python_path_folders():
+        for path in shown:
+            if _inside(path, folder):
+                return (f"{path} is inside {folder}, on the host Python's path: code an "
+                        "organism writes there would run in any python3 on this host; choose "
+                        "a path outside it")
+    return None
