@@ -550,7 +550,8 @@ def _observation(
     replay_cursor: model calls answered 200 in this lineage through this generation,
     ran_with: the kernel, control plane and versions, as the control plane gave them;
     model_calls_refused: requests answered 429 past the model ceilings, not in model_calls;
-    provider_failure and usage_exceeds_request: ``failures``' reading of the calls)."""
+    provider_failure and usage_exceeds_request: ``failures``' reading of the calls;
+    seccomp_bpf_sha256: the filter's BPF, null for a life run without one)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -581,6 +582,9 @@ def _observation(
         "model_calls_refused": refused,
         "provider_failure": failures.provider_failure(calls),
         "usage_exceeds_request": failures.usage_exceeds_request(calls),
+        # physics release 2: sha256 of the seccomp BPF the life ran under, as this host's
+        # libseccomp exported it (the table and its digest are in constraints.sandbox)
+        "seccomp_bpf_sha256": result.seccomp_bpf_sha256,
     }
 
 

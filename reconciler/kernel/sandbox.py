@@ -26,6 +26,7 @@ last ``STDERR_LIMIT`` bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import selectors
@@ -67,6 +68,7 @@ class SandboxResult:
     duration_ms: int
     archive_overflow: bool = False  # stdout exceeded archive_limit(): archive is b""
     cancelled: bool = False
+    seccomp_bpf_sha256: str | None = None  # the filter the life ran under (None: none)
 
 
 def archive_limit(ceilings: Ceilings) -> int:
@@ -185,20 +187,24 @@ def run_sandbox(
         install_runner(kernel_dir)
     except OSError as exc:
         raise PreflightError(f"kernel: cannot install the runner in {kernel_dir}: {exc}") from exc
-    seccomp_fd = _filter_fd() if confined else None
+    seccomp_fd: int | None = None
     try:
+        seccomp_fd = _filter_fd() if confined else None
         scope = scope if scope is not None else open_scope(ceilings, scope_name)
         argv = (life_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd)
                 if seccomp_fd is not None else bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings))
         try:
-            return _run(scope, argv, ceilings, cancel, seccomp_fd)
+            result = _run(scope, argv, ceilings, cancel, seccomp_fd)
         except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
             raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
-        finally:
-            scope.close()
     finally:
+        if scope is not None:
+            scope.close()
         if seccomp_fd is not None:
             os.close(seccomp_fd)
+    if seccomp_fd is None:
+        return result
+    return dataclasses.replace(result, seccomp_bpf_sha256=seccomp_bpf.bpf_sha256())
 
 
 def _filter_fd() -> int:

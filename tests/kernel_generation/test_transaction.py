@@ -229,7 +229,8 @@ def test_observation_record_has_every_contract_field_in_order(
     assert list(record)[: len(original)] == original
     assert list(record)[len(original):] == [
         "ceiling_backend", "provenance", "accounted_usd", "rejection", "replay_cursor",
-        "ran_with", "model_calls_refused", "provider_failure", "usage_exceeds_request"]
+        "ran_with", "model_calls_refused", "provider_failure", "usage_exceeds_request",
+        "seccomp_bpf_sha256"]
     assert record["lineage_commit"] == outcome.lineage_commit == git(
         born.worktree, "rev-parse", "HEAD").strip()
     assert record["constraints"]["disclosure"] == "canonical"

@@ -27,6 +27,7 @@ import pytest
 from reconciler.kernel import confinement, seccomp_bpf, seccomp_filter
 from reconciler.kernel.broker import capabilities
 from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.errors import PreflightError
 from reconciler.kernel.sandbox import bwrap_argv, life_argv, run_sandbox
 from tests.host import require
 from tests.kernel_sandbox.test_sandbox import files, kernel_dir, need_real
@@ -399,3 +400,26 @@ def test_a_non_root_operator_gets_the_same_confinement_and_keeps_its_uid(
     assert (uid, gid) == (str(nobody), str(nobody))
     assert seccomp.split() == ["Seccomp:", "2"]
     assert f"max={confinement.PTYS}" in pts and "ouro-devpts" in pts
+
+
+def test_a_filter_that_cannot_be_built_is_a_preflight_error_and_the_scope_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Scope:
+        backend, closed = "fake", False
+
+        def popen(self, argv: list[str], **kwargs: Any) -> Any:
+            raise AssertionError("no life starts without its filter")
+
+        def close(self) -> None:
+            self.closed = True
+
+    def broken() -> int:
+        raise OSError("libseccomp.so.2: cannot open shared object file")
+
+    monkeypatch.setattr(seccomp_bpf, "filter_fd", broken)
+    scope = Scope()
+    (tmp_path / "kernel").mkdir()
+    with pytest.raises(PreflightError, match=r"cannot build the seccomp filter.*libseccomp2"):
+        run_sandbox(kernel_dir=tmp_path / "kernel", ceilings=CEILINGS, scope_name="x",
+                    scope=scope)  # type: ignore[arg-type]
+    assert scope.closed

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import seccomp_filter
+from reconciler.kernel import seccomp_bpf, seccomp_filter
 from tests.apply.helpers import write_spec
 from tests.host import require
 from tests.kernels.checkout import (
@@ -94,6 +94,8 @@ def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> No
     assert born["ran_with"]["kernel"]["source"] == "running"
     seccomp = born["constraints"]["sandbox"]["seccomp"]
     assert seccomp["table_sha256"] == seccomp_filter.table_sha256()
+    assert born["seccomp_bpf_sha256"] == seccomp_bpf.bpf_sha256()
+    assert extended.get("seccomp_bpf_sha256") is None
 
     # a later kernel change: release 2's lineage now runs its stored kernel, a pinned
     # subprocess under another package name, still confined
@@ -107,5 +109,6 @@ def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> No
     assert pinned["ran_with"]["kernel"]["package"].startswith("ouro_kernel_")
     assert pinned["outcome"] == "no-change", pinned["stderr_tail"]
     assert pinned["constraints"]["sandbox"] == born["constraints"]["sandbox"]
+    assert pinned["seccomp_bpf_sha256"] == born["seccomp_bpf_sha256"]
     json.dumps(pinned)
     assert git(checkout, "rev-list", "--count", "HEAD") == "3"
