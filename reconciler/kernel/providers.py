@@ -20,8 +20,12 @@ and a reply cut off at the output-token limit is ``truncated``.
 Bounded before it is allocated (the broker is a host process outside every
 cgroup): a reply is asked for in identity encoding and read raw, never
 inflated; one in any other ``Content-Encoding`` (``gzip``, stacked ``gzip,
-gzip``, ...) is refused unread, and what is read stops at
-``MAX_RESPONSE_BYTES``. A reply whose JSON nests deeper than the reader allows,
+gzip``, ...) is refused unread, and what is read stops at ``reply_limit``: 64
+KiB plus 64 bytes per granted output token (never more than
+``MAX_RESPONSE_BYTES``). Parsed JSON grows up to ~25 times its text
+(``[{},{},...]``), so a body that could hold more than ``MAX_JSON_VALUES``
+values is refused before it is parsed (``response_too_large``). A reply whose
+JSON nests deeper than the reader allows,
 whose text is not valid Unicode (a lone surrogate escape) or whose numbers do
 not parse is a ``malformed_response`` naming the cause. A reported usage
 beyond what the request could cost is accounted at the request's worst case
@@ -82,6 +86,9 @@ QUOTA_MARKERS = ("insufficient_quota", "quota", "billing", "spend limit", "spend
 MAX_ATTEMPTS = 6
 MIN_ATTEMPT_SECONDS = 0.5  # no retry is started with less time than this left
 MAX_RESPONSE_BYTES = 32 << 20
+REPLY_BASE_BYTES = 64 << 10  # a reply's JSON framing, usage and stop reason
+REPLY_BYTES_PER_TOKEN = 64  # a long token, JSON-escaped (an emoji as \ud83d\ude00 is 12)
+MAX_JSON_VALUES = 250_000  # at ~80 bytes a value at most, ~20 MB parsed
 DETAIL_CHARS = 500
 REDACTED = "[redacted]"
 ERROR_BODY_CHARS = 4096  # of an error response, decoded (after redaction) for its detail
@@ -415,7 +422,8 @@ class HttpProvider:
                                     timeout=httpx.Timeout(timeout)) as response:
                 status, headers = response.status_code, dict(response.headers)
                 encoding = _encoding(response.headers.get_list("content-encoding"))
-                data = b"" if encoding else _read_raw(response, deadline)
+                data = b"" if encoding else _read_raw(response, deadline,
+                                                      reply_limit(max_tokens))
         except httpx.HTTPError as exc:
             raise classify(exception=exc, secret=self.secret) from exc
         if encoding and status != 200:  # the status still says what went wrong
@@ -460,8 +468,13 @@ def _encoding(values: list[str]) -> str | None:
     return ", ".join(layers)[:100]
 
 
-def _read_raw(response: Any, deadline: float) -> bytes:
-    """The body's bytes as sent, stopping past ``MAX_RESPONSE_BYTES`` or the deadline.
+def reply_limit(max_tokens: int) -> int:
+    """The most bytes a reply granted ``max_tokens`` output tokens may carry."""
+    return min(MAX_RESPONSE_BYTES, REPLY_BASE_BYTES + REPLY_BYTES_PER_TOKEN * max_tokens)
+
+
+def _read_raw(response: Any, deadline: float, limit: int) -> bytes:
+    """The body's bytes as sent, stopping past ``limit`` bytes or the deadline.
 
     Raw: httpx's decoders never run, so nothing grows beyond what the wire carried."""
     data = bytearray()
@@ -471,15 +484,25 @@ def _read_raw(response: Any, deadline: float) -> bytes:
             raise ProviderFailure("timeout", "the response outlasted the timeout",
                                   retryable=True, billable=True,
                                   http_status=response.status_code)
-        if len(data) > MAX_RESPONSE_BYTES:
-            raise ProviderFailure("response_too_large", f"more than {MAX_RESPONSE_BYTES} bytes",
-                                  retryable=False, billable=True,
+        if len(data) > limit:
+            raise ProviderFailure("response_too_large",
+                                  f"more than {limit} bytes (the reply's limit for its "
+                                  "granted output tokens)", retryable=False, billable=True,
                                   http_status=response.status_code)
     return bytes(data)
 
 
 def _parse_json(data: bytes, status: int, secret: str | None) -> Any:
-    """A success body's JSON; ``malformed_response`` naming why it is not JSON ouro reads."""
+    """A success body's JSON; ``malformed_response`` naming why it is not JSON ouro reads,
+    ``response_too_large`` when it could hold more than ``MAX_JSON_VALUES`` values (every
+    value after the first follows a comma, colon or opening bracket: counted in C, an
+    upper bound)."""
+    values = 1 + sum(data.count(mark) for mark in (b",", b":", b"[", b"{"))
+    if values > MAX_JSON_VALUES:
+        raise ProviderFailure("response_too_large",
+                              f"the reply could hold {values} JSON values, more than "
+                              f"{MAX_JSON_VALUES}", retryable=False, billable=True,
+                              http_status=status)
     try:
         return json.loads(data.decode("utf-8"))
     except RecursionError as exc:  # the C reader's own depth limit: nothing deep is allocated

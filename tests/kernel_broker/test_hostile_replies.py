@@ -32,13 +32,13 @@ PRICE = Price(Decimal("3.00"), Decimal("15.00"))
 PROVIDERS = ("anthropic", "openai", "openai-compatible")
 RSS_BOUND = 64 << 20  # the broker's peak may rise this much above its baseline, no more
 PROMPT = "grow"
-TOKENS = 100
+TOKENS = 12_000  # the default maximum: a reply may carry 64 KiB + 64 bytes a token
 
 
 def model(provider: str, url: str) -> ModelConfig:
     return ModelConfig(provider=provider, name="m", price=PRICE, base_url=url,
                        budget_usd=Decimal("1.00"), request_timeout_seconds=30,
-                       max_output_tokens=4000)
+                       max_output_tokens=TOKENS)
 
 
 @functools.cache
@@ -87,37 +87,49 @@ def serve(tmp_path: Path, provider: str, hostile: Reply) -> tuple[int, int, dict
     return status, rise, report.model_calls[1]
 
 
-MALFORMED = [
+def values(provider: str, count: int) -> bytes:
+    """The provider's success body with its text replaced by ``count`` empty objects."""
+    body = json.dumps(ok_body(provider, "SLOT"))
+    return body.replace('"SLOT"', "[" + "{}," * (count - 1) + "{}]").encode()
+
+
+MALFORMED = "malformed_response"
+TOO_LARGE = "response_too_large"
+HOSTILE = [
     pytest.param(lambda p: Reply(body=bomb(1), headers={"content-encoding": "gzip"}),
-                 "gzip encoding", id="gzip-bomb"),
+                 MALFORMED, "gzip encoding", id="gzip-bomb"),
     pytest.param(lambda p: Reply(body=bomb(2), headers={"content-encoding": "gzip, gzip"}),
-                 "gzip, gzip encoding", id="stacked-gzip"),
+                 MALFORMED, "gzip, gzip encoding", id="stacked-gzip"),
     pytest.param(lambda p: Reply(body=bomb(2), headers={"content-encoding": "identity",
                                                         "Content-Encoding": "gzip"}),
-                 "identity, gzip encoding", id="two-headers"),
-    pytest.param(lambda p: Reply(body=nested(p)), "nests deeper", id="deep-nesting"),
+                 MALFORMED, "identity, gzip encoding", id="two-headers"),
+    pytest.param(lambda p: Reply(body=nested(p)), MALFORMED, "nests deeper", id="deep-nesting"),
     pytest.param(lambda p: Reply(json=ok_body(p, "(defun a () \ud800)")),
-                 "text is not valid Unicode", id="lone-surrogate"),
+                 MALFORMED, "text is not valid Unicode", id="lone-surrogate"),
     pytest.param(lambda p: Reply(body=json.dumps(ok_body(p)).replace(
-        '"fine"', "1" + "0" * 5000).encode()), "not JSON", id="5000-digit-number"),
+        '"fine"', "1" + "0" * 5000).encode()), MALFORMED, "not JSON", id="5000-digit-number"),
+    pytest.param(lambda p: Reply(body=values(p, 150_000)), TOO_LARGE,
+                 "JSON values, more than 250000", id="150,000-objects"),
+    pytest.param(lambda p: Reply(body=values(p, 10 << 20)), TOO_LARGE,
+                 f"more than {64 * 1024 + 64 * TOKENS} bytes", id="30-MiB-of-objects"),
 ]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-@pytest.mark.parametrize(("hostile", "cause"), MALFORMED)
+@pytest.mark.parametrize(("hostile", "reason", "cause"), HOSTILE)
 def test_a_hostile_reply_is_a_recorded_failure_naming_its_cause_and_grows_nothing(
-        tmp_path: Path, provider: str, hostile: Any, cause: str) -> None:
+        tmp_path: Path, provider: str, hostile: Any, reason: str, cause: str) -> None:
     status, rise, call = serve(tmp_path, provider, hostile(provider))
     assert status == 502
     assert rise < RSS_BOUND, f"the broker grew {rise >> 20} MiB"
     (attempt,) = call["attempts"]  # final: not retried
     assert (call["http_status"], call["error"]) == (502, "model_unavailable")
     assert (attempt["error"], attempt["http_status"], attempt["retryable"]) == \
-        ("malformed_response", 200, False)
+        (reason, 200, False)
     assert cause in attempt["detail"] and cause in call["error_detail"]
     failure = provider_failure([call])
     assert failure is not None
-    assert (failure["code"], failure["reason"]) == ("bad_response", "malformed_response")
+    assert (failure["code"], failure["reason"]) == ("bad_response", reason)
     # billable, unknown usage: the worst case is the spend, never more
     assert Decimal(call["accounted_usd"]) == worst_case_usd(PRICE, len(PROMPT), TOKENS)
 
