@@ -36,6 +36,7 @@ from pydantic import (
 from reconciler.kernel import config as kc
 from reconciler.kernel.identity import is_object_id
 from reconciler.spec import places, prices, units
+from reconciler.spec import probes as probe_specs
 
 __all__ = [
     "API_VERSION",
@@ -723,6 +724,26 @@ class LineageBody(_Strict):
     executor: ExecutorSpec = Field(
         default_factory=ExecutorSpec, description="where apply runs the generations (not physics)"
     )
+    probes: list[probe_specs.ProbeSpec] = Field(
+        default_factory=list, max_length=probe_specs.MAX_PROBES,
+        description="measurements of every generation (not physics; docs/spec.md)")
+    until: list[probe_specs.UntilSpec] = Field(
+        default_factory=list, max_length=probe_specs.MAX_UNTIL,
+        description="stop the lineage early when a probe's metric reaches a target or "
+        "plateaus")
+
+    @field_validator("probes")
+    @classmethod
+    def _probes(cls, value: list[probe_specs.ProbeSpec]) -> list[probe_specs.ProbeSpec]:
+        return probe_specs.check_probes(value)
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, value: list[probe_specs.UntilSpec],
+               info: ValidationInfo) -> list[probe_specs.UntilSpec]:
+        if "probes" not in info.data:  # the probes are wrong: that is the problem to show
+            return value
+        return probe_specs.check_until(value, info.data["probes"])
 
 
 class LineageSpec(_Strict):
@@ -779,7 +800,7 @@ def json_schema() -> dict[str, Any]:
     schema = LineageSpec.model_json_schema(by_alias=True, mode="validation")
     definitions = schema.get("$defs", {})
     for model in (LineageSpec, Metadata, LineageBody, ModelSpec, PriceSpec, CeilingsSpec,
-                  StorageSpec, InstrumentSpec):
+                  StorageSpec, InstrumentSpec, probe_specs.ProbeCeilingsSpec):
         target = schema if model is LineageSpec else definitions.get(model.__name__, {})
         _unit_bounds(model, target.get("properties", {}))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
