@@ -195,6 +195,7 @@ def test_unknown_pages_are_404_not_tracebacks(fleet_viewer: Viewer) -> None:
         assert caught.value.code == 404
 
 
+@pytest.mark.slow  # two real applies, and a page that reloads by itself
 def test_the_page_follows_a_running_apply(browser: Any, tmp_path: Path,
                                           grown_fleet: Fleet) -> None:
     env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}

@@ -60,6 +60,7 @@ def _svg_ids(driver: Any, viewer: Viewer, path: str, prefix: str) -> list[str]:
         ".map(function (g) { return g.id; })", prefix))
 
 
+@pytest.mark.slow  # a real apply, and a page that reloads by itself
 def test_the_target_is_the_specs_and_a_new_lineage_is_not_created_yet(
         browser: Any, tmp_path: Path, grown_fleet: Fleet) -> None:
     env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}
@@ -87,6 +88,7 @@ def test_the_target_is_the_specs_and_a_new_lineage_is_not_created_yet(
     assert not (tmp_path / "state" / "newcomer.git").exists()
 
 
+@pytest.mark.slow  # a real apply, and a page that reloads by itself
 def test_the_apply_running_now_is_shown_with_its_generation(
         browser: Any, tmp_path: Path, grown_fleet: Fleet) -> None:
     env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}
