@@ -12,10 +12,10 @@ import errno
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -55,11 +55,15 @@ def need_python() -> None:
 
 
 def life(tmp_path: Path, request: dict[str, Any], *, confined: bool = True,
-         ceilings: Ceilings = CEILINGS) -> dict[str, Any]:
-    """One life running the helper; its JSON report."""
+         ceilings: Ceilings = CEILINGS,
+         prepare: Callable[[Path], None] | None = None) -> dict[str, Any]:
+    """One life running the helper; its JSON report. ``prepare(kernel folder)`` runs
+    before the life starts."""
     organism = (f'(call-process "{PYTHON}" nil (list :file "/work/out.json") nil '
                 f'"/work/try_syscalls.py" {json.dumps(json.dumps(request))})\n')
     folder = kernel_dir(tmp_path, organism, {"try_syscalls.py": HELPER.read_bytes()})
+    if prepare is not None:
+        prepare(folder)
     result = run_sandbox(kernel_dir=folder, ceilings=ceilings, confined=confined,
                          scope_name=f"test-scmp-{uuid.uuid4().hex[:12]}.{os.getpid()}")
     out = files(result)["out.json"]
@@ -307,38 +311,47 @@ def inotify_ok() -> bool:
     return True
 
 
-def pty_nr() -> int:
-    return int(Path("/proc/sys/kernel/pty/nr").read_text())
-
-
 @pytest.mark.sandbox
 @pytest.mark.cgroup
 def test_a_life_exhausts_its_own_counters_never_the_hosts(tmp_path: Path) -> None:
-    """The helper takes ptys, inotify instances and watches and files until refused (at
-    most a little beyond each bound, so that a missing bound shows without starving the
-    host), holds them, and the host allocates each meanwhile."""
+    """The helper takes ptys, inotify instances and files until refused (at most a
+    little beyond each bound, so that a missing bound shows without starving the host),
+    then holds them and says so through a socket in /kernel; the host allocates each
+    while the life holds its own."""
     need_python()
     limits = confinement.LIMITS
     caps = {"ptys": limits["ptys"] + 16, "inotify": limits["inotify_instances"] + 16,
             "files": limits["open_files"] + 64}
     request = {"probe": ["ptys", "inotify", "nofile", "rlimits"], "caps": caps,
-               "hold_seconds": 4}
-    before = pty_nr()
+               "notify": "/kernel/probe.sock"}
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.settimeout(60)
     box: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: box.update(report=life(tmp_path, request)))
+    listening = threading.Event()
+
+    def listen(folder: Path) -> None:
+        server.bind(str(folder / "probe.sock"))
+        server.listen(1)
+        listening.set()
+
+    worker = threading.Thread(
+        target=lambda: box.update(report=life(tmp_path, request, prepare=listen)))
     worker.start()
-    deadline = time.monotonic() + 40
-    while pty_nr() < before + limits["ptys"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    held = pty_nr() - before
-    host = {"inotify": inotify_ok(), "pty": False}
-    primary, secondary = os.openpty()
-    host["pty"] = True
-    os.close(primary)
-    os.close(secondary)
-    worker.join()
+    try:
+        assert listening.wait(60)
+        door, _ = server.accept()
+        with door:
+            assert door.recv(16) == b"holding\n"
+            host = {"inotify": inotify_ok(), "pty": False}  # the life holds all it could
+            primary, secondary = os.openpty()
+            host["pty"] = True
+            os.close(primary)
+            os.close(secondary)
+            door.sendall(b"done\n")
+    finally:
+        server.close()
+        worker.join()
     report = box["report"]
-    assert held >= limits["ptys"]  # the life held its ptys while the host probed
     assert host == {"inotify": True, "pty": True}
     assert report["ptys"] == [limits["ptys"], "ENOSPC"]
     assert report["inotify"] == [limits["inotify_instances"], "EMFILE"]
