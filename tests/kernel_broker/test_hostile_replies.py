@@ -156,3 +156,35 @@ def test_an_absurd_usage_is_flagged_and_accounted_at_the_worst_case(
     assert call["usage"] == {"input_tokens": absurd, "output_tokens": absurd}  # as reported
     assert Decimal(call["accounted_usd"]) == Decimal(call["reserved_usd"]) == worst
     assert Decimal(call["attempts"][0]["accounted_usd"]) == worst
+
+
+def test_a_broker_bug_closes_its_requests_record_naming_the_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second net: whatever a reply does that no check foresaw, the request's audit
+    ends as a 502 naming the error, not ``interrupted`` with the cause in the broker's
+    log (which is deleted with the generation)."""
+    from reconciler.kernel import broker_process, providers
+    from reconciler.kernel.broker import model_json
+    from reconciler.kernel.config import Ceilings, constraints_manifest
+
+    echo = ModelConfig(provider="echo", name="echo")
+    service = broker_process.Service({
+        "model": model_json(echo), "api_key": None, "generation": 1, "replay_cursor": 0,
+        "private_dir": str(tmp_path), "constraints": constraints_manifest(Ceilings(), echo)})
+
+    def reply_with_a_lone_surrogate(*args: Any, **kwargs: Any) -> Any:
+        kwargs["checkpoint"](providers.RequestResult(), Decimal(0))  # the pending record
+        return providers.RequestResult(completion=providers.Completion("\ud800", None))
+
+    monkeypatch.setattr(providers, "run_request", reply_with_a_lone_surrogate)
+    body = iter([PROMPT.encode()])
+    headers = {"content-length": str(len(PROMPT)), "x-ouroboros-max-output-tokens": "5"}
+    with pytest.raises(UnicodeEncodeError) as caught:
+        service.serve(headers, lambda size: next(body))
+    service.fail_in_flight(caught.value)
+    service.audit.close()
+    (call,) = Broker.read_audit(tmp_path)
+    assert (call["http_status"], call["error"]) == (502, "model_unavailable")
+    assert call["error_detail"].startswith("internal_error: UnicodeEncodeError:")
+    service.fail_in_flight(caught.value)  # nothing in flight any more: no second record
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 2
