@@ -11,7 +11,7 @@ lineage's places are recognised by the files the kernel leaves in them.
   0600 credentials file) the organism's code, its observation, and a page of the viewer.
 - A storage place is not a system location (``SYSTEM_FOLDERS``, the root, a top-level
   folder, the home folder itself), not in a folder on the host Python's path (the
-  running ouro's ``sys.path`` and each system ``python3``'s, the user site folder
+  running ouro's ``sys.path`` and each ``SYSTEM_PYTHONS``', the user site folder
   included even before it exists: organism code there runs in any ``python3``), not
   in the state dir's own folders (its hidden ones: caches, kernel store, secrets; and
   ``slurm-jobs``) nor in the kernel store, and not inside another lineage's worktree,
@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -53,6 +52,9 @@ SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/mail", "/var/run",
     "/var/spool", "/var/backups",
 ))
+# The host's own Python 3s, whose path a root python3 imports from. (A python3 of a
+# version manager (pyenv, conda) is the user's own: its path holds no system folder.)
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 KERNEL_STORE_ENV = "OURO_KERNEL_STORE"  # reconciler.state.kernels.STORE_ENV
 JOBS_DIR = "slurm-jobs"  # reconciler.engine.executors.slurm.JOBS_DIR
 _OBSERVATION_METADATA = "metadata.json"  # reconciler.kernel.formats.OBSERVATION_METADATA_FILE
@@ -137,9 +139,7 @@ def python_path_folders() -> tuple[Path, ...]:
     found = [p for p in sys.path if p]
     if site.ENABLE_USER_SITE and site.USER_SITE:
         found.append(site.USER_SITE)
-    for program in dict.fromkeys(
-            p for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3"))
-            if p and os.path.exists(p)):
+    for program in (p for p in SYSTEM_PYTHONS if os.path.exists(p)):
         found.extend(_python_path(program))
     cwd = os.getcwd()
     folders: dict[Path, None] = {}

@@ -94,8 +94,8 @@ def test_the_apply_running_now_is_shown_with_its_generation(
     env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}
     specs = tmp_path / "specs"
     specs.mkdir()
-    slow = write_replies(tmp_path / "replies", ['(progn (sleep-for 3) (message "slow"))\n',
-                                                '(progn (sleep-for 12) (message "slow"))\n'])
+    slow = write_replies(specs / "replies", ['(progn (sleep-for 3) (message "slow"))\n',
+                                             '(progn (sleep-for 12) (message "slow"))\n'])
     write_spec(specs, "busy", 2, provider="replay", replay=str(slow))
     write_spec(specs, "idle", 1)
     assert run_ouro("apply", "--yes", str(specs / "idle.yaml"), env=env).returncode == 0
