@@ -7,6 +7,7 @@ never as markup.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,14 @@ from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = [
+    "DiffLimits",
     "FileDiff",
     "GenerationDetail",
     "detail",
     "diff_commits",
     "diff_generations",
     "journal_entry",
+    "raw_diff",
     "record",
 ]
 
@@ -45,6 +48,19 @@ class FileDiff:
 
 
 @dataclass(frozen=True)
+class DiffLimits:
+    """How much of a generation a bounded reader (the viewer) loads: the first ``files``
+    files with their patches, each patch cut at ``patch_chars``, all patches together at
+    most ``total_chars`` (a file beyond that is listed without its patch), the body the
+    generation ran cut at ``body_chars``. Nothing larger is ever decoded."""
+
+    files: int
+    patch_chars: int
+    total_chars: int
+    body_chars: int
+
+
+@dataclass(frozen=True)
 class GenerationDetail:
     row: GenerationRow
     commit: str
@@ -53,6 +69,8 @@ class GenerationDetail:
     diff: tuple[FileDiff, ...]
     body: str | None  # organism.el as committed by the previous generation: the body that ran
     record: dict[str, Any] | None  # the observation, as recorded
+    files_total: int = 0  # files the diff changes (``diff`` may list fewer: DiffLimits)
+    body_chars: int | None = None  # characters of the whole body, when cut (DiffLimits)
 
 
 def _lineage_repo(paths: LineagePaths) -> pygit2.Repository:
@@ -70,14 +88,27 @@ def _commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
     return commit
 
 
-def _text(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> str | None:
+def _text(repo: pygit2.Repository, commit: pygit2.Commit, path: str,
+          limit: int | None = None) -> str | None:
+    """The blob at ``path`` as text; its first ``limit`` bytes only, when given."""
     try:
         blob = repo.get(commit.tree[path].id)
     except KeyError:
         return None
     if not isinstance(blob, pygit2.Blob):
         return None
+    if limit is not None and blob.size > limit:
+        with pygit2.BlobIO(blob) as stream:
+            return stream.read(limit).decode("utf-8", errors="replace")
     return bytes(blob.data).decode("utf-8", errors="replace")
+
+
+def _blob_size(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> int | None:
+    try:
+        blob = repo.get(commit.tree[path].id)
+    except KeyError:
+        return None
+    return blob.size if isinstance(blob, pygit2.Blob) else None
 
 
 def journal_entry(journal: str, generation: int) -> str | None:
@@ -100,22 +131,64 @@ _STATUS = {
 }
 
 
-def diff_commits(repo: pygit2.Repository, old: pygit2.Commit | None,
-                 new: pygit2.Commit) -> tuple[FileDiff, ...]:
-    """The tree diff old -> new (the empty tree when ``old`` is None), file by file."""
+def _tree_diff(old: pygit2.Commit | None, new: pygit2.Commit) -> pygit2.Diff:
     if old is None:
-        diff = new.tree.diff_to_tree(swap=True)
-    else:
-        diff = old.tree.diff_to_tree(new.tree, context_lines=3)
+        return new.tree.diff_to_tree(swap=True)
+    return old.tree.diff_to_tree(new.tree, context_lines=3)
+
+
+def diff_commits(repo: pygit2.Repository, old: pygit2.Commit | None,
+                 new: pygit2.Commit, limits: DiffLimits | None = None) -> tuple[FileDiff, ...]:
+    """The tree diff old -> new (the empty tree when ``old`` is None), file by file;
+    within ``limits`` when given (a patch is made only for a file that is listed)."""
+    return _files(repo, _tree_diff(old, new), limits)
+
+
+def _size(repo: pygit2.Repository, file: pygit2.DiffFile) -> int:
+    """A blob's size from its header alone (no content is loaded); 0 for none."""
+    try:
+        return int(repo.odb.read_header(file.id)[1])
+    except (KeyError, ValueError, pygit2.GitError):
+        return 0
+
+
+def _unread(repo: pygit2.Repository, delta: pygit2.DiffDelta,
+            limits: DiffLimits) -> FileDiff | None:
+    """A file listed without a patch, when its blobs are too large to make a bounded patch
+    of (nothing is loaded); None when it is not."""
+    size = max(_size(repo, delta.old_file), _size(repo, delta.new_file))
+    if size <= 8 * limits.patch_chars:
+        return None
+    return FileDiff(
+        old_path=str(delta.old_file.path), new_path=str(delta.new_file.path),
+        status=_STATUS.get(delta.status, str(delta.status)), added=0, deleted=0,
+        patch=f"... (not shown: a file of {size} bytes, beyond {8 * limits.patch_chars} "
+              "to diff here)\n", binary=bool(delta.is_binary))
+
+
+def _files(repo: pygit2.Repository, diff: pygit2.Diff,
+           limits: DiffLimits | None) -> tuple[FileDiff, ...]:
     found: list[FileDiff] = []
-    for patch in diff:
+    per_file = limits.patch_chars if limits is not None else MAX_PATCH_CHARS
+    budget = limits.total_chars if limits is not None else None
+    shown = min(len(diff), limits.files) if limits is not None else len(diff)
+    for index, delta in enumerate(itertools.islice(diff.deltas, shown)):
+        unread = _unread(repo, delta, limits) if limits is not None else None
+        if unread is not None:
+            found.append(unread)
+            continue
+        patch = diff[index]
         if patch is None:
             continue
         delta = patch.delta
         binary = bool(delta.is_binary)
         text = "" if binary else (patch.text or "")
-        if len(text) > MAX_PATCH_CHARS:
-            text = text[:MAX_PATCH_CHARS] + f"\n... (cut at {MAX_PATCH_CHARS} characters)\n"
+        if len(text) > per_file:
+            text = text[:per_file] + f"\n... (cut at {per_file} characters)\n"
+        if budget is not None and len(text) > budget:
+            text = "... (not shown: this page's characters of diff are spent)\n"
+        elif budget is not None:
+            budget -= len(text)
         _context, added, deleted = patch.line_stats
         found.append(FileDiff(
             old_path=str(delta.old_file.path), new_path=str(delta.new_file.path),
@@ -164,8 +237,39 @@ def _range(summary: LineageSummary) -> str:
     return f"it has {summary.generations}: 1..{summary.generations}"
 
 
-def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> GenerationDetail:
-    """Everything ``ouro show`` and the viewer show of one generation."""
+def raw_diff(paths: LineagePaths, summary: LineageSummary, generation: int,
+             limit: int) -> str:
+    """Generation ``generation``'s whole diff as one text, cut at ``limit`` characters
+    (each file's patch made, kept only while it fits, and dropped)."""
+    row = summary.row(generation)
+    if row is None:
+        raise StateError(f"ouro: lineage {summary.name} has no generation {generation} "
+                         f"({_range(summary)})")
+    repo = _lineage_repo(paths)
+    commit = _commit(repo, row.lineage_commit)
+    diff = _tree_diff(_previous(repo, summary, generation), commit)
+    parts: list[str] = []
+    size = 0
+    for index, delta in enumerate(diff.deltas):
+        blob = max(_size(repo, delta.old_file), _size(repo, delta.new_file))
+        if blob > limit:  # never made: its patch alone would pass the bound
+            text = f"... ({delta.new_file.path}: a file of {blob} bytes, not shown)\n"
+        else:
+            patch = diff[index]
+            text = (patch.text or "") if patch is not None else ""
+        if size + len(text) > limit:
+            parts.append(text[:max(0, limit - size)])
+            parts.append(f"\n... (cut at {limit} characters; {len(diff) - index} of "
+                         f"{len(diff)} files not (wholly) shown)\n")
+            break
+        parts.append(text)
+        size += len(text)
+    return "".join(parts)
+
+
+def detail(paths: LineagePaths, summary: LineageSummary, generation: int,
+           limits: DiffLimits | None = None) -> GenerationDetail:
+    """Everything ``ouro show`` and the viewer show of one generation (within ``limits``)."""
     row = summary.row(generation)
     if row is None:
         raise StateError(f"ouro: lineage {summary.name} has no generation {generation} "
@@ -174,6 +278,7 @@ def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> Gen
     commit = _commit(repo, row.lineage_commit)
     previous = _previous(repo, summary, generation)
     journal = _text(repo, commit, JOURNAL_FILE)
+    diff = _tree_diff(previous, commit)
     ran = commit
     if commit.parent_ids:
         parent = repo.get(commit.parent_ids[0])
@@ -184,15 +289,17 @@ def detail(paths: LineagePaths, summary: LineageSummary, generation: int) -> Gen
         commit=str(commit.id),
         parent=str(previous.id) if previous is not None else None,
         journal_entry=journal_entry(journal, generation) if journal is not None else None,
-        diff=diff_commits(repo, previous, commit),
-        body=_text(repo, ran, ORGANISM_FILE),
+        diff=_files(repo, diff, limits),
+        body=_text(repo, ran, ORGANISM_FILE, limits.body_chars if limits else None),
         record=record(paths, generation),
+        files_total=len(diff),
+        body_chars=_blob_size(repo, ran, ORGANISM_FILE) if limits else None,
     )
 
 
 def diff_generations(paths: LineagePaths, summary: LineageSummary, first: int,
-                     second: int) -> tuple[FileDiff, ...]:
-    """The tree diff between two generations' commits (0 is the seed)."""
+                     second: int, limits: DiffLimits | None = None) -> tuple[FileDiff, ...]:
+    """The tree diff between two generations' commits (0 is the seed), within ``limits``."""
     repo = _lineage_repo(paths)
     commits = []
     for number in (first, second):
@@ -207,4 +314,4 @@ def diff_generations(paths: LineagePaths, summary: LineageSummary, first: int,
     new = commits[1]
     if new is None:
         raise StateError(f"ouro: lineage {summary.name} has no seed commit to compare")
-    return diff_commits(repo, commits[0], new)
+    return diff_commits(repo, commits[0], new, limits)

@@ -12,7 +12,7 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its test cli
     from starlette.testclient import TestClient
 
 from reconciler.errors import OuroError
-from reconciler.report.viewer.app import CSP, TOKEN_COOKIE, FleetSource, Shown, create_app
+from reconciler.report.viewer.app import CSP, FleetSource, Shown, cookie_name, create_app
 from reconciler.report.viewer.server import spec_stamp
 from tests.observe.builder import LineageBuilder, lineage_paths
 
@@ -40,7 +40,7 @@ def test_every_page_carries_the_policy_and_the_cookie_is_strict(tmp_path: Path) 
     assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
     assert response.headers["x-content-type-options"] == "nosniff"
     cookie = response.headers["set-cookie"]
-    assert f"{TOKEN_COOKIE}={TOKEN}" in cookie and "HttpOnly" in cookie
+    assert f"{cookie_name(0)}={TOKEN}" in cookie and "HttpOnly" in cookie
     assert "samesite=strict" in cookie.lower()
     assert client.get("/lineage/grown").status_code == 200  # the cookie stands in now
 

@@ -35,7 +35,7 @@ from reconciler.errors import OuroError
 from reconciler.kernel.config import LineagePaths
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
-from reconciler.report.viewer import pages
+from reconciler.report.viewer import pages, raw
 from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS, render_fleet_svg, render_svg
 from reconciler.spec.models import ModelSpec
 from reconciler.state import history
@@ -43,13 +43,13 @@ from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
 
-__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "create_app", "new_token"]
+__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "create_app", "new_token"]
 
 HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 _SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'"  # matplotlib's own <style>
-TOKEN_COOKIE = "ouro_view_token"
+TOKEN_COOKIE = "ouro_view_token"  # + "_<port>": cookies do not isolate ports
 _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -62,6 +62,12 @@ _HEADERS = {
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def cookie_name(port: int) -> str:
+    """The token cookie of the viewer on ``port``: a browser sends every cookie of
+    127.0.0.1 to every port, so two viewers must not share (and overwrite) one name."""
+    return f"{TOKEN_COOKIE}_{int(port)}"
 
 
 @dataclass(frozen=True)
@@ -165,14 +171,14 @@ def _environment() -> jinja2.Environment:
 class _Guard(BaseHTTPMiddleware):
     """The token (403 without it) and the security headers on every response."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, cookie: str) -> None:
         super().__init__(app)
-        self.token = token
+        self.token, self.cookie = token, cookie
 
     async def dispatch(self, request: Request,
                        call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         given = request.query_params.get("token")
-        cookie = request.cookies.get(TOKEN_COOKIE)
+        cookie = request.cookies.get(self.cookie)
         ok = any(value is not None and secrets.compare_digest(value, self.token)
                  for value in (given, cookie))
         if not ok:
@@ -182,7 +188,7 @@ class _Guard(BaseHTTPMiddleware):
         else:
             response = await call_next(request)
             if given is not None and cookie != self.token:
-                response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict",
+                response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
                                     path="/")
         for key, value in _HEADERS.items():
             response.headers.setdefault(key, value)
@@ -213,7 +219,7 @@ def _diff_context(source: FleetSource, name: str, shown: Shown,
     except ValueError:
         raise OuroError("name two generations: ?from=A&to=B (0 is the seed)") from None
     summary = source.summary(name, shown)
-    files = history.diff_generations(shown.paths, summary, first, second)
+    files = history.diff_generations(shown.paths, summary, first, second, pages.VIEW_LIMITS)
     return pages.diff_context(name, summary, first, second, files)
 
 
@@ -245,8 +251,9 @@ def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
 
 
 def create_app(source: FleetSource, token: str,
-               hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1")) -> Starlette:
-    """The viewer over ``source``, answering only requests that carry ``token``."""
+               hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1"),
+               port: int = 0) -> Starlette:
+    """The viewer over ``source`` on ``port``, answering only requests that carry ``token``."""
     templates = Jinja2Templates(env=_environment())
 
     def page(request: Request, name: str, context: dict[str, Any],
@@ -295,7 +302,7 @@ def create_app(source: FleetSource, token: str,
         summary = known.summary
         number = int(request.path_params["number"])
         try:
-            detail = history.detail(shown.paths, summary, number)
+            detail = history.detail(shown.paths, summary, number, pages.VIEW_LIMITS)
         except OuroError as error:
             return missing(request, str(error))
         full = request.query_params.get("full") == "1"
@@ -309,16 +316,17 @@ def create_app(source: FleetSource, token: str,
     routes = [
         Route("/", fleet_page),
         Route("/lineage/{name}", lineage_page),
-        Route("/lineage/{name}/gen/{number:int}", generation_page),
-        Route("/lineage/{name}/diff", diff_page),
-        Route("/plot/{name}/{metric}.svg", partial(_plot_image, source)),
-        Route("/fleet-plot/{metric}.svg", partial(_fleet_plot_image, source)),
+        Route("/lineage/{name}/gen/{number:int}", raw.heavy(generation_page)),
+        *raw.routes(source),
+        Route("/lineage/{name}/diff", raw.heavy(diff_page)),
+        Route("/plot/{name}/{metric}.svg", raw.heavy(partial(_plot_image, source))),
+        Route("/fleet-plot/{metric}.svg", raw.heavy(partial(_fleet_plot_image, source))),
         Route("/api/heads", heads_api),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
-                    Middleware(_Guard, token=token)],
+                    Middleware(_Guard, token=token, cookie=cookie_name(port))],
         exception_handlers={404: _not_found},
     )

@@ -16,7 +16,7 @@ from reconciler.report.calls import call_stops, failure_of
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
 from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS
-from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
@@ -25,6 +25,15 @@ __all__ = ["Bounded", "FleetLine", "diff_context", "diff_lines", "fleet_line", "
 
 TEXT_CHARS = 4000  # a prompt or reply shown without ?full=1
 BODY_CHARS = 200_000
+# Every page is bounded, whatever a generation holds (1,000 files of 100 KB made a
+# 136 MB page): what does not fit is cut with a note and a link to a raw view, itself
+# bounded at RAW_CHARS.
+VIEW_LIMITS = DiffLimits(files=200, patch_chars=50_000, total_chars=1_000_000,
+                         body_chars=BODY_CHARS)
+FULL_CALL_CHARS = 2_000_000  # ?full=1: all prompts and replies together, at most
+STDERR_CHARS = 20_000
+JOURNAL_CHARS = 20_000
+RAW_CHARS = 4_000_000
 
 
 def size(value: int | None) -> str:
@@ -175,19 +184,27 @@ def _file(item: FileDiff) -> dict[str, Any]:
     name = (item.new_path if item.old_path == item.new_path
             else f"{item.old_path} → {item.new_path}")
     return {"name": name, "status": item.status, "added": item.added, "deleted": item.deleted,
-            "binary": item.binary, "lines": diff_lines(item.patch)}
+            "binary": item.binary, "lines": diff_lines(item.patch),
+            "cut": item.patch.startswith("... (not shown") or "\n... (cut at " in item.patch}
 
 
-def _calls(record: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+def _calls(record: dict[str, Any], limit: int, total: int) -> list[dict[str, Any]]:
+    """Each call with its prompt and reply cut at ``limit``, all of them at ``total``."""
     raw = record.get("model_calls")
     dicts = [call for call in raw if isinstance(call, dict)] if isinstance(raw, list) else []
-    return [{
-        "index": call.get("request_index", "?"), "http_status": call.get("http_status"),
-        "error": call.get("error"), "reserved": call.get("reserved_usd"),
-        "accounted": call.get("accounted_usd"), "stop": stop,
-        "prompt": _bounded(call.get("prompt"), limit),
-        "reply": _bounded(call.get("response"), limit),
-    } for call, stop in zip(dicts, call_stops(record), strict=True)]
+    found = []
+    for call, stop in zip(dicts, call_stops(record), strict=True):
+        prompt = _bounded(call.get("prompt"), min(limit, total))
+        total -= len(prompt.text)
+        reply = _bounded(call.get("response"), min(limit, max(0, total)))
+        total = max(0, total - len(reply.text))
+        found.append({
+            "index": call.get("request_index", "?"), "http_status": call.get("http_status"),
+            "error": call.get("error"), "reserved": call.get("reserved_usd"),
+            "accounted": call.get("accounted_usd"), "stop": stop,
+            "prompt": prompt, "reply": reply,
+        })
+    return found
 
 
 def _kernel(detail: GenerationDetail, born: BornUnder | None) -> dict[str, Any]:
@@ -196,15 +213,21 @@ def _kernel(detail: GenerationDetail, born: BornUnder | None) -> dict[str, Any]:
             "kernel_differs": differs(born, run.commit, run.fingerprint)}
 
 
+def stderr_text(record: dict[str, Any] | None) -> str | None:
+    """The observation's stderr tail as one text (None: none recorded)."""
+    tail = (record or {}).get("stderr_tail")
+    if isinstance(tail, list):
+        tail = "\n".join(str(line) for line in tail)
+    return tail if isinstance(tail, str) else None
+
+
 def generation_context(name: str, summary: LineageSummary, detail: GenerationDetail, *,
                        full: bool = False, born: BornUnder | None = None) -> dict[str, Any]:
     row = detail.row
     record = detail.record or {}
-    limit = 1 << 62 if full else TEXT_CHARS
-    calls = _calls(record, limit)
-    tail = record.get("stderr_tail")
-    if isinstance(tail, list):
-        tail = "\n".join(str(line) for line in tail)
+    calls = (_calls(record, FULL_CALL_CHARS, FULL_CALL_CHARS) if full
+             else _calls(record, TEXT_CHARS, 1 << 62))
+    tail = stderr_text(record)
     constraints = record.get("constraints")
     number_ = row.generation
     return {
@@ -214,9 +237,14 @@ def generation_context(name: str, summary: LineageSummary, detail: GenerationDet
         "next_href": (generation_href(name, number_ + 1)
                       if number_ < summary.generations else None),
         "full_href": generation_href(name, number_) + "?full=1",
-        "stderr": tail if isinstance(tail, str) else None,
-        "body": _bounded(detail.body, 1 << 62 if full else BODY_CHARS),
+        "stderr": _bounded(tail, STDERR_CHARS) if tail is not None else None,
+        "journal": _bounded(detail.journal_entry, JOURNAL_CHARS)
+        if detail.journal_entry is not None else None,
+        "body": _bounded(detail.body, BODY_CHARS),
+        "body_bytes": detail.body_chars,  # set when the body was read cut (DiffLimits)
         "files": [_file(item) for item in detail.diff],
+        "files_more": max(0, detail.files_total - len(detail.diff)),
+        "raw_href": lambda what: f"{generation_href(name, number_)}/raw/{what}",
         "calls": calls,
         "failure": failure_of(detail.record),
         "usage_exceeds_request": record.get("usage_exceeds_request") is True,
@@ -234,4 +262,6 @@ def diff_context(name: str, summary: LineageSummary, first: int, second: int,
         "lineage_href": lineage_href(name), "diff_href": f"{lineage_href(name)}/diff",
         "gen_href": lambda generation: generation_href(name, generation),
         "files": [_file(item) for item in files],
+        # the page lists at most VIEW_LIMITS.files files: `ouro diff` shows them all
+        "files_capped": len(files) >= VIEW_LIMITS.files,
     }

@@ -5,7 +5,9 @@ unknown value is a gap, never a zero (a cumulative plot adds the known values an
 keeps its total across a gap). Deaths and model failures are marked (vertical lines
 whose SVG groups are ``death-N`` and ``model-failure-N``). The fleet's plots draw one
 line per lineage (``render_fleet_svg``). The SVG holds only numbers, fixed labels and
-lineage names (drawn as glyph outlines, not text): no organism text is drawn.
+lineage names (drawn as glyph outlines, not text): no organism text is drawn. An
+absurd value (beyond ``PLOT_MAX``, or too large for a float) is drawn at the bound,
+marked with a red x and counted in a note (a forged 10**4000 tokens was a 500).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from reconciler.state.summaries import GenerationRow
 __all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "render_fleet_svg", "render_svg"]
 
 _LOCK = threading.Lock()  # matplotlib's font and text caches are shared: one figure at a time
+PLOT_MAX = 1e12  # beyond this a value is absurd in every plot (tokens, USD, seconds, MiB)
 
 
 def _spend(row: GenerationRow) -> float | None:
@@ -58,18 +61,61 @@ PLOTS: dict[str, Plot] = {plot.name: plot for plot in (
 FLEET_PLOTS: tuple[str, ...] = ("cumulative-spend", "size", "cpu")
 
 
+def _clamped(value: float | int | None) -> tuple[float, bool]:
+    """A plottable number, and whether it was beyond ±PLOT_MAX (then it is ±PLOT_MAX)."""
+    if value is None:
+        return math.nan, False
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError):  # an int of 4,000 digits, say
+        number = math.inf if isinstance(value, int) and value > 0 else -math.inf
+    if math.isnan(number):
+        return number, False
+    if abs(number) > PLOT_MAX:
+        return math.copysign(PLOT_MAX, number), True
+    return number, False
+
+
 def _values(rows: Sequence[GenerationRow],
             pick: Callable[[GenerationRow], float | int | None],
             cumulative: bool = False) -> list[float]:
-    values, total = [], 0.0
-    for row in rows:
-        value = pick(row)
-        if value is None:
+    """The series' values, absurd ones clamped (``_series``)."""
+    return _series(rows, pick, cumulative)[0]
+
+
+def _series(rows: Sequence[GenerationRow],
+            pick: Callable[[GenerationRow], float | int | None],
+            cumulative: bool = False) -> tuple[list[float], list[int]]:
+    """The series' values (absurd ones clamped), and the indexes of those clamped."""
+    values: list[float] = []
+    clamped: list[int] = []
+    total = 0.0
+    for index, row in enumerate(rows):
+        value, cut = _clamped(pick(row))
+        if math.isnan(value):
             values.append(math.nan)
             continue
-        total += float(value)
-        values.append(total if cumulative else float(value))
-    return values
+        total, cut_total = _clamped(total + value)
+        values.append(total if cumulative else value)
+        if cut or (cumulative and cut_total):
+            clamped.append(index)
+    return values, clamped
+
+
+def _flag(axes: Any, numbers: Sequence[int], values: Sequence[float],
+          clamped: Sequence[int]) -> int:
+    """Clamped values marked with a red x; how many there were."""
+    if clamped:
+        axes.plot([numbers[i] for i in clamped], [values[i] for i in clamped],
+                  linestyle="none", marker="x", color="#c0392b", markersize=7)
+    return len(clamped)
+
+
+def _absurd_note(axes: Any, count: int) -> None:
+    if count:
+        axes.text(0.01, 0.98, f"{count} absurd value(s) beyond ±{PLOT_MAX:.0e} shown "
+                  "clamped (x)", transform=axes.transAxes, ha="left", va="top",
+                  fontsize=7, color="#c0392b")
 
 
 def _figure() -> tuple[Any, Any]:
@@ -119,13 +165,15 @@ def render_svg(plot: Plot, rows: Sequence[GenerationRow]) -> bytes:
     with _LOCK:
         figure, axes = _figure()
         numbers = [row.generation for row in rows]
-        known = False
+        known, absurd = False, 0
         for label, pick in plot.series:
-            values = _values(rows, pick, plot.cumulative)
+            values, clamped = _series(rows, pick, plot.cumulative)
             if any(not math.isnan(value) for value in values):
                 known = True
                 axes.plot(numbers, values, label=label, linewidth=1.2,
                           marker="." if len(rows) <= 60 else None)
+            absurd += _flag(axes, numbers, values, clamped)
+        _absurd_note(axes, absurd)
         marked = _marks(axes, rows)
         if not known:
             _no_data(axes)
@@ -138,9 +186,10 @@ def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[Generati
     _label, pick = plot.series[0]
     with _LOCK:
         figure, axes = _figure()
-        known = False
+        known, absurd = False, 0
         for index, (name, rows) in enumerate(lineages):
-            values = _values(rows, pick, plot.cumulative)
+            values, clamped = _series(rows, pick, plot.cumulative)
+            absurd += _flag(axes, [row.generation for row in rows], values, clamped)
             if any(not math.isnan(value) for value in values):
                 known = True
                 # a name is drawn as glyph outlines; "$" would start matplotlib's mathtext
@@ -148,6 +197,7 @@ def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[Generati
                           label=name.replace("$", r"\$"),
                           linewidth=1.2, marker="." if len(rows) <= 60 else None,
                           gid=f"lineage-{index}")
+        _absurd_note(axes, absurd)
         if not known:
             _no_data(axes)
         width = max((len(rows) for _name, rows in lineages), default=0)

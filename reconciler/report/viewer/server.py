@@ -2,6 +2,7 @@
 
 The URL printed carries the token (as Jupyter's does); nothing else grants access.
 Binding a non-loopback address is allowed only when asked for, with a warning.
+Connections, logs and heavy pages are bounded (``reconciler.report.viewer.guard``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import IO
 
 from reconciler.errors import OuroError
 from reconciler.report.viewer.app import FleetSource, Shown, create_app, new_token
+from reconciler.report.viewer.guard import limit_logs, server_settings
 from reconciler.state.fleet import fleet, summary_cache_dir
 
 __all__ = ["make_source", "serve"]
@@ -65,7 +67,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(64)
+        sock.listen(128)
     except OSError as error:
         sock.close()
         raise OuroError(f"ouro view: cannot listen on {host}:{port}: {error.strerror}; "
@@ -83,9 +85,9 @@ def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str = "127.0.0
     token = new_token()
     loopback = _loopback(host)
     hosts = [*_LOOPBACK_NAMES, host] if loopback else ["*"]
-    app = create_app(source, token, hosts=hosts)
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
+    app = create_app(source, token, hosts=hosts, port=bound)
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     if not loopback:
         print(f"ouro view: warning: {host} is not a loopback address; anyone who can reach it "
@@ -93,7 +95,9 @@ def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str = "127.0.0
     print(f"ouro view: {len(source.lineages())} lineages at "
           f"http://{shown}:{bound}/?token={token}", file=stream, flush=True)
     print("ouro view: read-only; Ctrl-C stops it", file=stream, flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            **server_settings())
+    limit_logs()  # after Config: it configures uvicorn's loggers
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
