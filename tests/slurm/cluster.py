@@ -29,6 +29,7 @@ NODE = "localhost"
 PARTITION = "ouro"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel")
 READY_STATES = ("idle", "mixed", "allocated", "completing")
+CRED_EXPIRE_SECONDS = 20
 
 
 class ClusterError(RuntimeError):
@@ -128,7 +129,9 @@ class Cluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire is also how long a requeued job waits to start again (120 s by
+            # default): the preemption test waits for one
+            f"AuthInfo=socket={self.munge_socket},cred_expire={CRED_EXPIRE_SECONDS}",
             f"StateSaveLocation={root / 'ctld'}",
             f"SlurmdSpoolDir={root / 'd'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",

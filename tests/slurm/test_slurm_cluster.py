@@ -135,7 +135,7 @@ def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
     """scancel (SIGTERM to every process of the job) cancels the running generation: it
     publishes nothing. SIGKILL to all of them leaves it half done: the kernel's recovery
     at the next apply handles it. Either way the next apply runs it once."""
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=20)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10)])
     _with_executor(write_spec(specs, "sl-cut", 3, provider="replay", replay=str(replies)))
     write_spec(specs, "sl-ok", 2)  # beside it, a lineage the cancel must not touch
     _with_executor(specs / "sl-ok.yaml")
@@ -235,7 +235,7 @@ def test_one_interrupt_detaches_and_the_job_goes_on(specs: Path, env: dict[str, 
 
 def test_two_interrupts_cancel_the_jobs(specs: Path, env: dict[str, str],
                                         tmp_path: Path) -> None:
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=30)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10)])
     _with_executor(write_spec(specs, "sl-stop", 3, provider="replay", replay=str(replies)))
     process = subprocess.Popen(
         ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
