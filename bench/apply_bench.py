@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.provider_server import FakeProvider, chat_ok  # noqa: E402
 
-SEED = (ROOT / "reconciler" / "kernel" / "organism.el").read_text()
+SEED = (ROOT / "reconciler" / "kernel" / "transaction" / "organism.el").read_text()
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
 
 

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_lineage import replay_lineage
 
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.generation import real_runtime, run_generation
-from reconciler.kernel.sandbox import bwrap_argv
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.sandbox.life import bwrap_argv
+from reconciler.kernel.transaction.generation import real_runtime, run_generation
 
 TARGET_S = 0.25
 CONFINEMENT_TARGET_S = 0.01

@@ -36,9 +36,9 @@ import pygit2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.kernel import lineage, publish
-from reconciler.kernel.config import Identity, LineagePaths
-from reconciler.kernel.identity import fingerprint
+from reconciler.kernel.base.config import Identity, LineagePaths
+from reconciler.kernel.base.identity import fingerprint
+from reconciler.kernel.transaction import lineage, publish
 from reconciler.state.observe import _index_entries, _provably_clean
 
 TARGET = 1.5

@@ -27,8 +27,8 @@ from replay_lineage import replay_lineage
 
 from reconciler.engine.kernels import run_record, store_running
 from reconciler.engine.pinned import PinnedKernel
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.generation import run_generation
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.transaction.generation import run_generation
 from reconciler.state.kernels import KernelStore
 
 TARGET_S = 0.05

@@ -65,7 +65,7 @@ os.environ["OURO_INSTRUMENT_COMMIT"] = BENCH_COMMIT
 import pygit2  # noqa: E402
 
 from reconciler.kernel import formats, publish  # noqa: E402
-from reconciler.kernel.config import (  # noqa: E402
+from reconciler.kernel.base.config import (  # noqa: E402
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
     OBSERVATIONS_SCHEMA,

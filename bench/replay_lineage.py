@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.kernel import lineage
-from reconciler.kernel.config import Identity, LineagePaths, ModelConfig
-from reconciler.kernel.identity import fingerprint
+from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
+from reconciler.kernel.base.identity import fingerprint
+from reconciler.kernel.transaction import lineage
 
 
 def replay_lineage(root: Path, replies: int) -> tuple[LineagePaths, Identity, ModelConfig]:

@@ -12,7 +12,7 @@ contracts in pyproject.toml enforce it):
     kernel     the physics; imports nothing else of reconciler
 
 Keep this module light: the kernel's broker runs ``python -m
-reconciler.kernel.broker_process`` once per generation and imports this package first.
+reconciler.kernel.broker.process`` once per generation and imports this package first.
 """
 
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@
     ├── KernelStoreError        the kernel store cannot be read or written, or an entry is damaged
     └── ApplyError              apply refused or failed as a whole
 
-Kernel errors (``reconciler.kernel.errors``) stay the kernel's own; the
+Kernel errors (``reconciler.kernel.base.errors``) stay the kernel's own; the
 reconciler catches them at its edge and reports them with their reason.
 A permanent error (retrying is useless) is never a ``TransientError``.
 """

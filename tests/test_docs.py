@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.providers import EchoProvider
+from reconciler.kernel.broker.providers import EchoProvider
 from reconciler.spec import units
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from reconciler.cli.options import Json, StateDir
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
-    from reconciler.kernel.config import LineagePaths
+    from reconciler.kernel.base.config import LineagePaths
     from reconciler.state.summaries import LineageSummary
 
 NamesArgument = Annotated[list[str], typer.Argument(help="lineage names", show_default=False)]

@@ -17,7 +17,7 @@ from reconciler.cli.options import Json, Select, StateDir
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
-    from reconciler.kernel.config import LineagePaths
+    from reconciler.kernel.base.config import LineagePaths
 
 
 def status_command(

@@ -34,10 +34,10 @@ from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, OuroError
-from reconciler.kernel import errors as kernel_errors
-from reconciler.kernel.config import Identity
-from reconciler.kernel.failures import failed_every_call
-from reconciler.kernel.formats import DASH
+from reconciler.kernel.base import errors as kernel_errors
+from reconciler.kernel.base.config import Identity
+from reconciler.kernel.base.failures import failed_every_call
+from reconciler.kernel.base.formats import DASH
 from reconciler.plan import LineagePlan, Refusal, plan_lineage
 from reconciler.plan.continuation import decide
 from reconciler.spec.load import LoadedSpec
@@ -341,7 +341,7 @@ class Engine:
         self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
         kernel: engine_kernels.LineageKernel,
     ) -> None:
-        from reconciler.kernel import generation
+        from reconciler.kernel.transaction import generation
 
         paths = spec_paths(spec)
         desired = current.desired_generations

@@ -23,8 +23,8 @@ from pathlib import Path
 import pygit2
 
 from reconciler.engine.probe import Prober
-from reconciler.kernel import errors as kernel_errors
-from reconciler.kernel.config import ENFORCEMENTS, OFFLINE_PROVIDERS, Ceilings, ModelConfig
+from reconciler.kernel.base import errors as kernel_errors
+from reconciler.kernel.base.config import ENFORCEMENTS, OFFLINE_PROVIDERS, Ceilings, ModelConfig
 
 PROBE_ORGANISM = """\
 (with-temp-file "/work/probe.txt"
@@ -73,7 +73,7 @@ def _debian_package(program: str) -> str:
 
 
 def check_backend(backend: str) -> Check:
-    from reconciler.kernel.ceilings import open_scope
+    from reconciler.kernel.sandbox.ceilings import open_scope
 
     try:
         scope = open_scope(replace(PROBE_CEILINGS, enforcement=backend),
@@ -101,7 +101,7 @@ def auto_backend(backends: Sequence[Check]) -> Check:
 
 def check_life() -> Check:
     """One real life: bwrap, the ceilings (auto), Emacs and curl inside."""
-    from reconciler.kernel.sandbox import run_sandbox
+    from reconciler.kernel.sandbox.life import run_sandbox
 
     with tempfile.TemporaryDirectory(prefix="ouro-doctor-") as folder:
         kernel_dir = Path(folder)

@@ -39,8 +39,8 @@ from reconciler import __version__
 from reconciler.engine.bundle import is_bundle, read_bundle
 from reconciler.engine.pinned import PinnedKernel
 from reconciler.errors import KernelStoreError
-from reconciler.kernel import identity as kernel_identity
-from reconciler.kernel.config import (
+from reconciler.kernel.base import identity as kernel_identity
+from reconciler.kernel.base.config import (
     ENTRY_REQUEST_SCHEMA,
     Ceilings,
     Identity,
@@ -55,11 +55,12 @@ from reconciler.state import kernels as state_kernels
 from reconciler.state.kernels import KernelStore, StoredKernel
 
 if TYPE_CHECKING:
-    from reconciler.kernel.generation import GenerationOutcome
+    from reconciler.kernel.transaction.generation import GenerationOutcome
     from reconciler.spec.load import LoadedSpec
     from reconciler.state.observe import Observed
 
 __all__ = [
+    "CONFIG_FILES",
     "ENTRY_FILES",
     "KERNEL_PACKAGES",
     "LineageKernel",
@@ -89,6 +90,8 @@ KERNEL_PACKAGES = ("pygit2", "httpx", "httpcore", "tenacity")
 
 # A kernel with these files has ouro's entry point (``python -m <package>``).
 ENTRY_FILES = ("__main__.py", "entry.py")
+# Where a kernel declares ENTRY_REQUEST_SCHEMA: v2 (sub-packages), then v1 (flat).
+CONFIG_FILES = ("base/config.py", "config.py")
 _SCHEMA_LINE = re.compile(rb'^ENTRY_REQUEST_SCHEMA = "([^"\n]+)"$', re.MULTILINE)
 
 
@@ -106,8 +109,11 @@ def entry_schema_of(files: Mapping[str, bytes]) -> str | None:
     """The entry-point request schema a kernel speaks, read from its files (None: none)."""
     if not all(name in files for name in ENTRY_FILES):
         return None
-    found = _SCHEMA_LINE.search(files.get("config.py", b""))
-    return found.group(1).decode("ascii", "replace") if found else None
+    for name in CONFIG_FILES:
+        found = _SCHEMA_LINE.search(files.get(name, b""))
+        if found:
+            return found.group(1).decode("ascii", "replace")
+    return None
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -141,35 +147,56 @@ def _fsync_dir(path: Path) -> None:
             os.close(descriptor)
 
 
-def _compile(package_dir: Path, final_dir: Path) -> dict[str, str]:
+def _is_flat(files: Mapping[str, bytes]) -> bool:
+    """A kernel of one folder (every kernel before physics release 2): stored as v1."""
+    return all("/" not in name for name in files)
+
+
+def _compile(package_dir: Path, final_dir: Path, sources: Sequence[str]) -> dict[str, str]:
     """Byte code for this interpreter, written with the entry (which is read-only after):
-    checked-hash pycs, used only for the exact source bytes, each listed with its sha256
-    so that the entry's verification covers them too."""
-    folder = package_dir / state_kernels.BYTECODE_DIR
-    folder.mkdir()
+    checked-hash pycs in each source's folder's ``__pycache__``, used only for the exact
+    source bytes, each listed with its sha256 (by its path in the package; a v1 entry by
+    its name) so that the entry's verification covers them too."""
     listed: dict[str, str] = {}
-    for source in sorted(package_dir.glob("*.py")):
+    flat = all("/" not in name for name in sources)
+    for name in sorted(n for n in sources if n.endswith(".py")):
+        source = package_dir / name
+        folder = source.parent / state_kernels.BYTECODE_DIR
+        folder.mkdir(exist_ok=True)
         target = folder / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
-        py_compile.compile(str(source), cfile=str(target), dfile=str(final_dir / source.name),
+        py_compile.compile(str(source), cfile=str(target), dfile=str(final_dir / name),
                            doraise=True,
                            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
         os.chmod(target, 0o444)
-        listed[target.name] = hashlib.sha256(target.read_bytes()).hexdigest()
+        relative = target.relative_to(package_dir).as_posix()
+        key = target.name if flat else relative
+        listed[key] = hashlib.sha256(target.read_bytes()).hexdigest()
     return listed
+
+
+def _seal(top: Path) -> None:
+    """fsync and make read-only every folder of a built entry, deepest first."""
+    for root, _, _ in sorted(os.walk(top), key=lambda item: -len(Path(item[0]).parts)):
+        _fsync_dir(Path(root))
+        os.chmod(root, 0o555)
 
 
 def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
            fingerprint: str) -> Path:
-    """A complete, read-only entry in a temporary folder of the store."""
+    """A complete, read-only entry in a temporary folder of the store: a flat kernel as a v1
+    entry (an older ouro sharing the store reads it too), a tree as a v2 entry."""
     temp = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX, dir=store.root))
     try:
         package = state_kernels.package_name(fingerprint)
         (temp / package).mkdir()
         for name in sorted(files):
+            (temp / package / name).parent.mkdir(parents=True, exist_ok=True)
             _write_file(temp / package / name, files[name])
-        bytecode = _compile(temp / package, store.entry_path(fingerprint) / package)
+        bytecode = _compile(temp / package, store.entry_path(fingerprint) / package,
+                            sorted(files))
         record = {
-            "schema": state_kernels.ENTRY_SCHEMA,
+            "schema": (state_kernels.ENTRY_SCHEMA_V1 if _is_flat(files)
+                       else state_kernels.ENTRY_SCHEMA),
             "fingerprint": fingerprint,
             "commit": commit,
             "package": package,
@@ -181,9 +208,7 @@ def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
         }
         text = json.dumps(record, indent=2) + "\n"
         _write_file(temp / state_kernels.ENTRY_FILE, text.encode("utf-8"))
-        for folder in (temp / package / state_kernels.BYTECODE_DIR, temp / package, temp):
-            _fsync_dir(folder)
-            os.chmod(folder, 0o555)
+        _seal(temp)
     except BaseException:
         _remove(temp)
         raise
@@ -239,7 +264,7 @@ def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKe
 
 def store_running(store: KernelStore, identity: Identity) -> StoredKernel:
     """Put this ouro's own kernel into the store (before it births or extends a lineage)."""
-    files = {p.name: p.read_bytes() for p in kernel_identity.trusted_files()}
+    files = kernel_identity.read_trusted()
     if kernel_identity.fingerprint_of(files) != identity.fingerprint:
         raise KernelStoreError(
             f"ouro: this kernel's files changed while ouro ran (fingerprint "
@@ -395,14 +420,14 @@ class LineageKernel:
         if self.pinned is not None:
             self.pinned.birth(paths, self.identity)
         else:
-            from reconciler.kernel import lineage
+            from reconciler.kernel.transaction import lineage
 
             lineage.init_lineage(paths, self.identity)
 
     def recover(self, paths: LineagePaths) -> str:
         if self.pinned is not None:
             return self.pinned.recover(paths)
-        from reconciler.kernel import recovery
+        from reconciler.kernel.transaction import recovery
 
         return str(recovery.recover(paths))
 
@@ -417,7 +442,7 @@ class LineageKernel:
             return self.pinned.generation(
                 paths=paths, identity=self.identity, model=model, ceilings=ceilings,
                 api_key=api_key, provenance=provenance, cancel=cancel, ran_with=self.ran_with)
-        from reconciler.kernel import generation
+        from reconciler.kernel.transaction import generation
 
         return generation.run_generation(
             paths=paths, identity=self.identity, model=model, ceilings=ceilings,

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from reconciler.errors import KernelStoreError
-from reconciler.kernel import errors as kernel_errors
-from reconciler.kernel.config import (
+from reconciler.kernel.base import errors as kernel_errors
+from reconciler.kernel.base.config import (
     ENTRY_OUTCOME_SCHEMA,
     ENTRY_REQUEST_SCHEMA,
     Ceilings,
@@ -41,7 +41,7 @@ from reconciler.kernel.config import (
 from reconciler.state.kernels import KernelStore, StoredKernel
 
 if TYPE_CHECKING:  # imported when a generation runs: planning never loads the kernel's parts
-    from reconciler.kernel.generation import GenerationOutcome
+    from reconciler.kernel.transaction.generation import GenerationOutcome
 
 __all__ = ["PinnedKernel", "request_json"]
 
@@ -102,7 +102,7 @@ def _raise(error: Any, kernel: StoredKernel) -> None:
         kinds = {"drift": kernel_errors.DriftError, "damage": kernel_errors.DamageError}
         failure = kinds[str(kind)](message, reason=str(error.get("reason") or kind))
     elif kind == "cancelled":
-        from reconciler.kernel.generation import GenerationCancelled
+        from reconciler.kernel.transaction.generation import GenerationCancelled
 
         failure = GenerationCancelled(message)
     else:
@@ -273,7 +273,7 @@ class PinnedKernel:
                    ceilings: Ceilings, api_key: str | None, provenance: Provenance | None,
                    cancel: threading.Event | None,
                    ran_with: Mapping[str, Any] | None) -> GenerationOutcome:
-        from reconciler.kernel.generation import GenerationOutcome
+        from reconciler.kernel.transaction.generation import GenerationOutcome
 
         result = self.call(request_json(
             "generation", paths=paths, identity=identity, model=model, ceilings=ceilings,

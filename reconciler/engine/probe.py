@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
-from reconciler.kernel.config import OFFLINE_PROVIDERS, ModelConfig
-from reconciler.kernel.providers import (
+from reconciler.kernel.base.config import OFFLINE_PROVIDERS, ModelConfig
+from reconciler.kernel.broker.providers import (
     DETAIL_CHARS,
     MODEL_LIST_PATHS,
     auth_headers,

@@ -37,7 +37,7 @@ from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
 from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, PlanFileError
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan, Plan
 from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
 from reconciler.spec.load import LoadedSpec, load_specs

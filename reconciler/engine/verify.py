@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.audit import CODES, IDENTIFIER
 from reconciler.state.audit_child import DEFAULT_MAX_FINDINGS, REPORT_SCHEMA, encode_job
 

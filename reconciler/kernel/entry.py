@@ -32,8 +32,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO, Any
 
-from . import identity as kernel_identity
-from .config import (
+from .base import identity as kernel_identity
+from .base.config import (
     ENTRY_OUTCOME_SCHEMA,
     ENTRY_REQUEST_SCHEMA,
     Ceilings,
@@ -43,7 +43,7 @@ from .config import (
     Price,
     Provenance,
 )
-from .errors import (
+from .base.errors import (
     BirthError,
     CeilingError,
     ConcurrentChangeError,
@@ -243,18 +243,18 @@ def handle(parsed: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
         return {"fingerprint": kernel_identity.fingerprint(), "package": __package__,
                 "request_schemas": [ENTRY_REQUEST_SCHEMA]}
     if action == "recover":
-        from .recovery import recover
+        from .transaction.recovery import recover
 
         report = recover(parsed["paths"])
         return {"action": report.action, "generation": report.generation,
                 "detail": str(report)}
     me = _own_identity(parsed["identity"])
     if action == "birth":
-        from .lineage import init_lineage
+        from .transaction.lineage import init_lineage
 
         init_lineage(parsed["paths"], me)
         return {}
-    from .generation import run_generation
+    from .transaction.generation import run_generation
 
     outcome = run_generation(
         paths=parsed["paths"], identity=me, model=parsed["model"],
@@ -266,7 +266,7 @@ def handle(parsed: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
-    from .generation import GenerationCancelled
+    from .transaction.generation import GenerationCancelled
 
     if isinstance(exc, GenerationCancelled):
         kind = "cancelled"
@@ -290,7 +290,10 @@ def _install_cancel(cancel: threading.Event) -> None:
 def _warm() -> None:
     """Import everything a request may need before reading it: a caller may start the
     kernel ahead of its request (a spare), so that the imports overlap other work."""
-    from . import broker, ceilings, decoder, generation, lineage, recovery, sandbox
+    from .broker import door as broker
+    from .sandbox import ceilings, decoder
+    from .sandbox import life as sandbox
+    from .transaction import generation, lineage, recovery
 
     del broker, ceilings, decoder, generation, lineage, recovery, sandbox
 

@@ -2,7 +2,7 @@
 
 The kernel records, the control plane decides (seed 004: the normalized failure
 observation feeds the continuation decision). A generation's observation
-carries ``provider_failure`` (``reconciler.kernel.failures``) and
+carries ``provider_failure`` (``reconciler.kernel.base.failures``) and
 ``usage_exceeds_request``; from them and the run of failed generations before
 it, ``decide`` says whether apply stops the lineage, why, and what a human
 should do. Stopping a lineage never stops the others, and never undoes the
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.kernel.failures import STOPPING_CODES, failed_every_call
+from reconciler.kernel.base.failures import STOPPING_CODES, failed_every_call
 
 __all__ = ["Stop", "decide", "failure_note"]
 

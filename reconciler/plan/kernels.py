@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from reconciler.kernel.config import ENTRY_REQUEST_SCHEMA, Identity
+from reconciler.kernel.base.config import ENTRY_REQUEST_SCHEMA, Identity
 from reconciler.plan.remedies import instrument_name, remedy
 
 __all__ = [

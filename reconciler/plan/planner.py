@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol, get_args
 
-from reconciler.kernel.config import (
+from reconciler.kernel.base.config import (
     ENTRY_METADATA_KEY,
     FREE,
     Ceilings,
@@ -30,7 +30,7 @@ from reconciler.kernel.config import (
     ModelConfig,
     constraints_manifest,
 )
-from reconciler.kernel.formats import INSTRUMENT_KEYS
+from reconciler.kernel.base.formats import INSTRUMENT_KEYS
 from reconciler.plan.continuation import failure_note
 from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 
 __all__ = ["REMEDIES", "foreign_instrument", "instrument_name", "remedy"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reconciler.errors import PlanFileError
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 from reconciler.plan import ACTIONS, Plan
 from reconciler.spec.files import FileRefused, read_limited
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernels import KernelChoice
 from reconciler.report.escape import markdown, markdown_code, rich_text

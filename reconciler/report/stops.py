@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.continuation import decide
 from reconciler.report.calls import MAX_TEXT
 from reconciler.spec.models import ModelSpec

@@ -33,7 +33,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from reconciler.errors import Problem, SpecError
-from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
+from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import API_VERSION, KIND, LineageSpec, places, units
 from reconciler.spec.files import FileRefused, read_limited
 

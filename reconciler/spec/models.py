@@ -9,7 +9,7 @@ say *which field* is wrong and *why*, in words a user can act on.
 Every model forbids unknown keys (a typo must not pass silently) and is
 strict (no silent ``"5"`` -> 5); the unit types below parse sizes, durations
 and money explicitly. Defaults equal the original instrument's
-(``reconciler.kernel.config``).
+(``reconciler.kernel.base.config``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pydantic import (
     model_validator,
 )
 
-from reconciler.kernel import config as kc
-from reconciler.kernel.identity import is_object_id
+from reconciler.kernel.base import config as kc
+from reconciler.kernel.base.identity import is_object_id
 from reconciler.spec import places, prices, units
 from reconciler.spec import probes as probe_specs
 

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from reconciler.kernel.config import METADATA_FILE
+from reconciler.kernel.base.config import METADATA_FILE
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -57,7 +57,7 @@ SYSTEM_FOLDERS = tuple(Path(p) for p in (
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 KERNEL_STORE_ENV = "OURO_KERNEL_STORE"  # reconciler.state.kernels.STORE_ENV
 JOBS_DIR = "slurm-jobs"  # reconciler.engine.executors.slurm.JOBS_DIR
-_OBSERVATION_METADATA = "metadata.json"  # reconciler.kernel.formats.OBSERVATION_METADATA_FILE
+_OBSERVATION_METADATA = "metadata.json"  # reconciler.kernel.base.formats.OBSERVATION_METADATA_FILE
 _PYTHON_PATH_PROGRAM = (
     "import json, site, sys\n"
     "user = site.getusersitepackages() if site.ENABLE_USER_SITE else None\n"

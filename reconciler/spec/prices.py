@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from reconciler.kernel.config import FREE, OFFLINE_PROVIDERS, Price
+from reconciler.kernel.base.config import FREE, OFFLINE_PROVIDERS, Price
 
 __all__ = ["KNOWN_PRICES", "known_models", "known_price"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pygit2
 
-from reconciler.kernel.config import Provenance
+from reconciler.kernel.base.config import Provenance
 
 
 def spec_provenance(spec_file: Path, spec_sha256: str) -> Provenance:

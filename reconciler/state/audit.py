@@ -47,8 +47,8 @@ from typing import Any, Literal
 
 import pygit2
 
-from reconciler.kernel import formats, publish
-from reconciler.kernel.config import (
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
     LINEAGE_SCHEMA,
@@ -57,7 +57,8 @@ from reconciler.kernel.config import (
     ORGANISM_FILE,
     LineagePaths,
 )
-from reconciler.kernel.identity import OBJECT_ID
+from reconciler.kernel.base.identity import OBJECT_ID
+from reconciler.kernel.transaction import publish
 from reconciler.state.audit_objects import (
     ObjectStore,
     readable,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.audit import IDENTIFIER, LineageAudit, audit_lineage, exception_class_name
 from reconciler.state.audit_record import audit_recorded
 

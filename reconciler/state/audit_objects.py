@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pygit2
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 
 __all__ = ["ObjectStore", "damage_message", "newest_damage", "readable", "unreadable_newest",
            "unreadable_reachable", "unreadable_since"]

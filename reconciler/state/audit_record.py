@@ -40,9 +40,10 @@ from typing import Any
 
 import pygit2
 
-from reconciler.kernel import formats, publish
-from reconciler.kernel.config import LineagePaths
-from reconciler.kernel.identity import OBJECT_ID
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.kernel.base.identity import OBJECT_ID
+from reconciler.kernel.transaction import publish
 from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore

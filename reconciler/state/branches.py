@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import pygit2
 
-from reconciler.kernel.config import METADATA_FILE, LineagePaths
-from reconciler.kernel.formats import OBSERVATION_METADATA_FILE
+from reconciler.kernel.base.config import METADATA_FILE, LineagePaths
+from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
 
 __all__ = ["DEFAULT_BRANCH_PREFIX", "DeclaredSpec", "Recorded", "names_another",
            "recorded_branches", "resolve", "spec_paths"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.errors import StateError
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.load import default_places, load_specs, state_dir
 from reconciler.spec.models import ModelSpec
 from reconciler.state.branches import resolve, spec_paths

@@ -15,8 +15,8 @@ from typing import Any
 import pygit2
 
 from reconciler.errors import StateError
-from reconciler.kernel import formats
-from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = [

@@ -15,8 +15,8 @@ from pathlib import Path
 import pygit2
 
 from reconciler.errors import InstrumentError
-from reconciler.kernel import identity as kernel_identity
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base import identity as kernel_identity
+from reconciler.kernel.base.config import Identity
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUILD_COMMIT_FILE = PACKAGE_DIR / "_build_commit.txt"

@@ -1,20 +1,31 @@
 """The kernel store, and what is known about each lineage's kernel. Read-only.
 
 A kernel is named by the commit it came from and identified by its fingerprint
-(``kernel.identity``: a sha256 over its trusted files). The store keeps an exact
-copy of every kernel that births or extends a lineage, so that no upgrade of
-ouro can lose the physics some lineage needs (``reconciler.engine.kernels``
+(``kernel.base.identity``: a sha256 over its trusted files). The store keeps an
+exact copy of every kernel that births or extends a lineage, so that no upgrade
+of ouro can lose the physics some lineage needs (``reconciler.engine.kernels``
 writes it; this module only reads). Layout (``KernelStore``)::
 
     <store>/<fingerprint>/entry.json            ENTRY_SCHEMA: fingerprint, commit, files, entry
-    <store>/<fingerprint>/<package>/<file>...   the trusted files, byte for byte (read-only)
+    <store>/<fingerprint>/<package>/<path>...   the trusted files, byte for byte (read-only)
     <store>/commits/<commit>                    "<fingerprint>\\n": the kernel that commit has
     <store>/.tmp-*                              being written (renamed into place when whole)
 
+Two entry layouts are read: ``ouro-kernel-store-entry/v1`` (a kernel from before
+physics release 2: its files directly in ``<package>/``, named by file name,
+fingerprint v1) and ``ouro-kernel-store-entry/v2`` (a kernel laid out in
+sub-packages: ``files`` are relative POSIX paths into ``<package>/``,
+fingerprint v2). A flat kernel is written as v1, so an older ouro sharing the
+store reads it too; a kernel with sub-packages as v2. Byte code sits in each
+folder's ``__pycache__``, every file of it listed with its sha256.
+
 The store is ``OURO_KERNEL_STORE`` if set, else ``<state dir>/.kernels`` (beside
 the lineages, so that a shared filesystem shares it). An entry is verified
-against its fingerprint every time it is read: a damaged entry is an error
-(``KernelStoreError``), never a kernel to run.
+against its fingerprint every time it is read, and it must hold exactly its
+files: ``entry.json`` and the package folder, the package folder exactly the
+recorded files and their byte code. Anything else (a file planted beside the
+package or in it, a link, a folder not on a recorded file's way) makes it
+damaged (``KernelStoreError``), never a kernel to run.
 
 ``gather`` collects, for one lineage, the facts the planner's pure choice
 (``reconciler.plan.kernels``) needs: the recorded kernel, the running one, the
@@ -27,23 +38,26 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pygit2
 
 from reconciler.errors import KernelStoreError
-from reconciler.kernel import identity as kernel_identity
-from reconciler.kernel.config import ENTRY_METADATA_KEY, Identity
+from reconciler.kernel.base import identity as kernel_identity
+from reconciler.kernel.base.config import ENTRY_METADATA_KEY, Identity
 
 __all__ = [
     "BYTECODE_DIR",
     "COMMITS_DIR",
     "ENTRY_FILE",
     "ENTRY_SCHEMA",
+    "ENTRY_SCHEMAS",
+    "ENTRY_SCHEMA_V1",
     "KERNEL_TREE",
     "STORE_DIR_NAME",
     "STORE_ENV",
@@ -54,6 +68,7 @@ __all__ = [
     "checkout_repository",
     "gather",
     "gather_pin",
+    "is_tree_layout",
     "kernel_tree_files",
     "lineage_facts",
     "package_name",
@@ -63,12 +78,16 @@ __all__ = [
 STORE_ENV = "OURO_KERNEL_STORE"
 STORE_DIR_NAME = ".kernels"
 ENTRY_FILE = "entry.json"
-ENTRY_SCHEMA = "ouro-kernel-store-entry/v1"
+ENTRY_SCHEMA_V1 = "ouro-kernel-store-entry/v1"  # a flat kernel (fingerprint v1)
+ENTRY_SCHEMA = "ouro-kernel-store-entry/v2"  # a kernel in sub-packages (fingerprint v2)
+ENTRY_SCHEMAS = (ENTRY_SCHEMA_V1, ENTRY_SCHEMA)
 COMMITS_DIR = "commits"
 TEMP_PREFIX = ".tmp-"
-BYTECODE_DIR = "__pycache__"  # in the package folder: listed in entry.json, verified too
+BYTECODE_DIR = kernel_identity.BYTECODE_DIR  # in each folder: listed in entry.json, verified
 # Where an ouro commit keeps its kernel (the fingerprinted folder).
 KERNEL_TREE = ("reconciler", "kernel")
+# A kernel folder holding this (folder, file) is laid out in sub-packages (fingerprint v2).
+V2_MARKER = ("base", "identity.py")
 _FINGERPRINT = re.compile(r"\A[0-9a-f]{64}\Z")
 _PACKAGE = re.compile(r"\Aouro_kernel_[0-9a-f]{16}\Z")
 
@@ -94,8 +113,9 @@ class StoredKernel:
     path: Path  # the entry's folder
     package: str  # its import name (a folder of ``path``)
     entry: str | None  # the entry-point request schema it speaks (None: it has none)
-    files: tuple[str, ...]
+    files: tuple[str, ...]  # relative POSIX paths in the package folder
     size: int  # bytes of its trusted files
+    schema: str = ENTRY_SCHEMA  # ENTRY_SCHEMA_V1: a flat kernel from before physics release 2
 
     @property
     def package_dir(self) -> Path:
@@ -106,51 +126,95 @@ def _damaged(path: Path, why: str) -> KernelStoreError:
     return KernelStoreError(f"ouro: kernel store entry {path} is damaged ({why}); it is never run")
 
 
-def _check_bytecode(path: Path, folder: Path, listed: Any) -> None:
-    """Every byte-code file is one the entry lists, with its sha256 (a missing one is
-    only slower: the interpreter compiles the verified source)."""
+def _walk_package(path: Path, package_dir: Path) -> tuple[dict[str, bytes], dict[str, bytes],
+                                                            set[str]]:
+    """Everything in a package folder: ({source path: bytes}, {byte-code path: bytes},
+    {folder paths}), paths relative POSIX; a link or a special file damages the entry."""
+    sources: dict[str, bytes] = {}
+    bytecode: dict[str, bytes] = {}
+    folders: set[str] = set()
+    if not package_dir.is_dir() or package_dir.is_symlink():
+        raise _damaged(path, "its package folder is missing")
+    for root, dirs, names in os.walk(package_dir):
+        for name in [*dirs, *names]:
+            item = Path(root) / name
+            relative = item.relative_to(package_dir).as_posix()
+            mode = os.lstat(item).st_mode
+            if stat.S_ISDIR(mode):
+                folders.add(relative)
+            elif not stat.S_ISREG(mode):
+                raise _damaged(path, f"{relative} is neither a file nor a folder")
+            elif Path(root).name == BYTECODE_DIR:
+                bytecode[relative] = item.read_bytes()
+            else:
+                sources[relative] = item.read_bytes()
+    return sources, bytecode, folders
+
+
+def _check_exact(path: Path, files: list[str], sources: dict[str, bytes],
+                 bytecode: dict[str, bytes], folders: set[str], listed: Any) -> None:
+    """The package folder holds exactly the recorded files, the folders on their way
+    and their recorded byte code: nothing else is ever imported from a store entry."""
+    if sorted(sources) != sorted(files):
+        extra = sorted(set(sources) - set(files))
+        raise _damaged(path, "its files are not the ones recorded"
+                       + (f" ({', '.join(extra[:3])} is not one of them)" if extra else ""))
+    on_the_way = {str(PurePosixPath(name).parent) for name in files} - {"."}
+    on_the_way |= {str(parent) for name in on_the_way for parent in PurePosixPath(name).parents
+                   if str(parent) != "."}
+    allowed = on_the_way | {f"{folder}/{BYTECODE_DIR}" for folder in on_the_way} | {BYTECODE_DIR}
+    if folders - allowed:
+        raise _damaged(path, f"folder {sorted(folders - allowed)[0]} is not one recorded")
     if not isinstance(listed, dict):
         raise _damaged(path, f"{ENTRY_FILE} lists no byte code")
-    try:
-        names = os.listdir(folder) if os.path.lexists(folder) else []
-        for name in names:
-            digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
-            if listed.get(name) != digest:
-                raise _damaged(path, f"byte code {name} is not the one recorded")
-    except OSError as exc:
-        raise _damaged(path, f"its byte code cannot be read: {exc}") from exc
+    for name, data in bytecode.items():  # a missing one is only slower: the source compiles
+        if listed.get(name) != hashlib.sha256(data).hexdigest():
+            raise _damaged(path, f"byte code {name} is not the one recorded")
 
 
-def _read_entry(path: Path, fingerprint: str) -> StoredKernel:
-    """Read and verify one entry; ``KernelStoreError`` if it is not exactly its fingerprint."""
+def _record(path: Path, fingerprint: str) -> dict[str, Any]:
     try:
         record = json.loads((path / ENTRY_FILE).read_bytes())
     except (OSError, ValueError) as exc:
         raise _damaged(path, f"{ENTRY_FILE} unreadable: {exc}") from exc
-    if not isinstance(record, dict) or record.get("schema") != ENTRY_SCHEMA:
-        raise _damaged(path, f"{ENTRY_FILE} is not of schema {ENTRY_SCHEMA}")
+    if not isinstance(record, dict) or record.get("schema") not in ENTRY_SCHEMAS:
+        raise _damaged(path, f"{ENTRY_FILE} is of no schema this ouro reads "
+                       f"({', '.join(ENTRY_SCHEMAS)})")
     package, commit, files = record.get("package"), record.get("commit"), record.get("files")
     entry = record.get("entry")
+    v1 = record["schema"] == ENTRY_SCHEMA_V1
+    trusted = kernel_identity.is_trusted_name if v1 else kernel_identity.is_trusted_path
     if (record.get("fingerprint") != fingerprint or not isinstance(package, str)
             or not _PACKAGE.match(package) or not isinstance(commit, str)
             or not kernel_identity.is_object_id(commit) or not isinstance(files, list)
-            or not all(isinstance(f, str) for f in files)
+            or not all(isinstance(f, str) and trusted(f) for f in files)
             or not (entry is None or isinstance(entry, str))):
         raise _damaged(path, f"{ENTRY_FILE} does not describe this entry")
-    package_dir = path / package
+    return record
+
+
+def _read_entry(path: Path, fingerprint: str) -> StoredKernel:
+    """Read and verify one entry; ``KernelStoreError`` if it is not exactly its fingerprint
+    (its files, and nothing beside them)."""
+    record = _record(path, fingerprint)
+    package, files = record["package"], record["files"]
+    listed = record.get("bytecode") or {}
+    if record["schema"] == ENTRY_SCHEMA_V1 and isinstance(listed, dict):
+        listed = {f"{BYTECODE_DIR}/{name}": digest for name, digest in listed.items()}
     try:
-        present = {p.name: p.read_bytes() for p in kernel_identity.trusted_files(package_dir)}
-        others = sorted(set(os.listdir(package_dir)) - set(present) - {BYTECODE_DIR})
+        beside = sorted(set(os.listdir(path)) - {ENTRY_FILE, package})
+        if beside:
+            raise _damaged(path, f"{beside[0]} lies beside its package")
+        sources, bytecode, folders = _walk_package(path, path / package)
     except OSError as exc:
         raise _damaged(path, f"its files cannot be read: {exc}") from exc
-    if sorted(present) != sorted(files) or others:
-        raise _damaged(path, "its files are not the ones recorded")
-    _check_bytecode(path, package_dir / BYTECODE_DIR, record.get("bytecode") or {})
-    actual = kernel_identity.fingerprint_of(present)
+    _check_exact(path, files, sources, bytecode, folders, listed)
+    actual = kernel_identity.fingerprint_of(sources)
     if actual != fingerprint:
         raise _damaged(path, f"its files fingerprint as {actual[:12]}…, not {fingerprint[:12]}…")
-    return StoredKernel(fingerprint, commit, path, package, entry, tuple(sorted(files)),
-                        sum(len(data) for data in present.values()))
+    return StoredKernel(fingerprint, record["commit"], path, package, record.get("entry"),
+                        tuple(sorted(files)), sum(len(data) for data in sources.values()),
+                        record["schema"])
 
 
 class KernelStore:
@@ -231,10 +295,37 @@ def checkout_repository() -> Path | None:
     return Path(found) if found else None
 
 
-def kernel_tree_files(repo: pygit2.Repository, commit: str) -> dict[str, bytes] | None:
-    """The trusted files of ``commit``'s kernel folder; None if the commit is not in ``repo``.
+def _blobs(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str, deep: bool,
+           files: dict[str, bytes]) -> None:
+    """The trusted blobs of ``tree`` (its sub-trees too when ``deep``) into ``files``."""
+    for item in tree:
+        relative = prefix + (item.name or "")
+        if item.type_str == "tree" and deep and item.name != kernel_identity.BYTECODE_DIR:
+            sub = repo[item.id]
+            assert isinstance(sub, pygit2.Tree)
+            _blobs(repo, sub, relative + "/", deep, files)
+        elif (item.type_str == "blob" and item.filemode != pygit2.enums.FileMode.LINK
+                and kernel_identity.is_trusted_path(relative)):
+            blob = repo[item.id]
+            assert isinstance(blob, pygit2.Blob)
+            files[relative] = blob.data
 
-    A commit without a kernel folder gives ``{}`` (it is not an ouro commit).
+
+def is_tree_layout(tree: pygit2.Tree) -> bool:
+    """Is this kernel folder laid out in sub-packages (fingerprint v2)? A v2 kernel keeps
+    its identity in ``base/identity.py``; every kernel before it was one flat folder."""
+    try:
+        base = tree[V2_MARKER[0]]
+        return base.type_str == "tree" and V2_MARKER[1] in base  # type: ignore[operator]
+    except KeyError:
+        return False
+
+
+def kernel_tree_files(repo: pygit2.Repository, commit: str) -> dict[str, bytes] | None:
+    """The trusted files of ``commit``'s kernel, by the layout that commit has: a v1 kernel's
+    files directly in its folder (by name), a v2 kernel's whole tree (by relative path).
+    None if the commit is not in ``repo``; ``{}`` for a commit without a kernel folder
+    (it is not an ouro commit).
     """
     try:
         found = repo.get(commit)
@@ -252,13 +343,7 @@ def kernel_tree_files(repo: pygit2.Repository, commit: str) -> dict[str, bytes] 
     if not isinstance(node, pygit2.Tree):
         return {}
     files: dict[str, bytes] = {}
-    for item in node:
-        name = item.name or ""
-        if (item.type_str == "blob" and item.filemode != pygit2.enums.FileMode.LINK
-                and kernel_identity.is_trusted_name(name)):
-            blob = repo[item.id]
-            assert isinstance(blob, pygit2.Blob)
-            files[name] = blob.data
+    _blobs(repo, node, "", is_tree_layout(node), files)
     return files
 
 

@@ -30,16 +30,17 @@ from typing import Any, Literal
 
 import pygit2
 
-from reconciler.kernel import formats, leftovers
-from reconciler.kernel.config import (
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
     METADATA_FILE,
     OBSERVATIONS_SCHEMA,
     LineagePaths,
 )
-from reconciler.kernel.publish import ref_locks
-from reconciler.kernel.recovery import marker_alive
+from reconciler.kernel.transaction import leftovers
+from reconciler.kernel.transaction.publish import ref_locks
+from reconciler.kernel.transaction.recovery import marker_alive
 from reconciler.state.audit_objects import damage_message, unreadable_newest
 from reconciler.state.branches import Recorded, names_another, recorded_branches
 from reconciler.state.holders import Holder, held_by
@@ -991,7 +992,7 @@ def observe(paths: LineagePaths) -> Observed:
 def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
     """How many of the generations up to ``newest`` (at most ``limit``), counting back,
     had every model call fail (their observations' ``provider_failure``). Never raises."""
-    from reconciler.kernel.failures import failed_every_call
+    from reconciler.kernel.base.failures import failed_every_call
 
     count = 0
     try:

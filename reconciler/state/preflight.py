@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from reconciler.kernel.config import ModelConfig
+from reconciler.kernel.base.config import ModelConfig
 
 __all__ = ["api_key", "provider_problem"]
 
@@ -31,8 +31,8 @@ def api_key(model: ModelConfig, environ: Mapping[str, str] | None = None) -> str
 
 def provider_problem(model: ModelConfig, environ: Mapping[str, str] | None = None) -> str | None:
     """Why a broker could not serve ``model`` here (the kernel's words), or None."""
-    from reconciler.kernel import broker
-    from reconciler.kernel.errors import ProviderConfigError
+    from reconciler.kernel.base.errors import ProviderConfigError
+    from reconciler.kernel.broker import door as broker
 
     key = api_key(model, environ)
     try:

@@ -25,8 +25,8 @@ from typing import Any
 
 import pygit2
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import ENTRY_METADATA_KEY, METADATA_FILE, LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import ENTRY_METADATA_KEY, METADATA_FILE, LineagePaths
 
 __all__ = [
     "MALFORMED",

@@ -38,8 +38,8 @@ from typing import Any
 
 import pygit2
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.audit_objects import newest_damage
 from reconciler.state.cachefile import write_cache
 from reconciler.state.ran_with import kernel_run

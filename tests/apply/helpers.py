@@ -11,8 +11,8 @@ from typing import Any
 
 import pygit2
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.audit import audit_lineage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -246,9 +246,9 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
     """Planned while another apply held the lineage half-made: re-planned under the lock,
     never run on the strength of a plan that did not show it (nor check its spend)."""
     from reconciler.engine.locks import LineageLock
-    from reconciler.kernel import generation, lineage
-    from reconciler.kernel.config import Ceilings, Identity, ModelConfig
-    from reconciler.kernel.identity import fingerprint
+    from reconciler.kernel.base.config import Ceilings, Identity, ModelConfig
+    from reconciler.kernel.base.identity import fingerprint
+    from reconciler.kernel.transaction import generation, lineage
 
     write_spec(specs, "mu", desired)
     paths = lineage_paths(tmp_path / "state", "mu")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.ledger import PROMPT_FRAMING_TOKENS
+from reconciler.kernel.broker.ledger import PROMPT_FRAMING_TOKENS
 from tests.apply.helpers import assert_invariant, generation_subjects, report, run_ouro, write_spec
 from tests.fakes.provider_server import (
     MODEL_LISTS,

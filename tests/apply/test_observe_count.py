@@ -18,7 +18,7 @@ import pytest
 
 from reconciler.engine import apply as engine_apply
 from reconciler.engine import session
-from reconciler.kernel import generation
+from reconciler.kernel.transaction import generation
 from reconciler.plan import Plan, planner
 from reconciler.report.progress import SilentReporter
 from tests.apply.helpers import write_spec

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 # ouro whose kernel fails (a bug) on the second generation of lineage "beta" only.
 BROKEN_SECOND_GENERATION = """
 import sys
-from reconciler.kernel import generation
+from reconciler.kernel.transaction import generation
 real = generation.run_generation
 def run_generation(*args, **kwargs):
     paths = kwargs["paths"]

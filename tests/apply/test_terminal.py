@@ -26,8 +26,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
 from tests.apply.helpers import QUIET_BODY, assert_invariant, ouro_argv, write_spec
 from tests.fakes.provider_server import FakeProvider, chat_ok, script
 from tests.observe.builder import lineage_paths

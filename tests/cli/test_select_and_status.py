@@ -119,9 +119,9 @@ def test_status_shows_labels_and_where_each_lineage_lives(specs: Path, tmp_path:
 
 
 def test_status_without_specs_lists_the_state_dirs_lineages(tmp_path: Path) -> None:
-    from reconciler.kernel import lineage
-    from reconciler.kernel.config import Identity
-    from reconciler.kernel.identity import fingerprint
+    from reconciler.kernel.base.config import Identity
+    from reconciler.kernel.base.identity import fingerprint
+    from reconciler.kernel.transaction import lineage
     from reconciler.spec.load import default_places
 
     state = tmp_path / "elsewhere"

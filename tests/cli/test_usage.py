@@ -14,7 +14,7 @@ import pytest
 
 from reconciler import __version__
 from reconciler.cli import app
-from reconciler.kernel import identity
+from reconciler.kernel.base import identity
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.failures import normalize_code, provider_failure, usage_exceeds_request
+from reconciler.kernel.base.failures import normalize_code, provider_failure, usage_exceeds_request
 from reconciler.plan.continuation import decide, failure_note
 
 

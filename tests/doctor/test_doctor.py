@@ -33,9 +33,9 @@ def test_this_host_is_ready_and_says_how() -> None:
 @pytest.mark.cgroup
 def test_doctor_names_the_backend_auto_uses_here() -> None:
     """The line says what a generation's `enforcement: auto` really gets on this host."""
-    from reconciler.kernel.ceilings import open_scope
-    from reconciler.kernel.config import Ceilings
-    from reconciler.kernel.errors import CeilingError
+    from reconciler.kernel.base.config import Ceilings
+    from reconciler.kernel.base.errors import CeilingError
+    from reconciler.kernel.sandbox.ceilings import open_scope
     from tests.host import require
 
     try:
@@ -114,7 +114,7 @@ def test_doctor_probes_each_provider_configuration_once(monkeypatch: pytest.Monk
     from decimal import Decimal
 
     from reconciler.engine.doctor import check_providers
-    from reconciler.kernel.config import ModelConfig, Price
+    from reconciler.kernel.base.config import ModelConfig, Price
     from tests.fakes.provider_server import FakeProvider, anthropic_error, script
 
     monkeypatch.setenv("OURO_DOCTOR_PROBE_KEY", "sk-doctor-secret-0123456789")

@@ -11,8 +11,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from reconciler.kernel.broker import Broker
-from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.base.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.broker.door import Broker
 
 
 class _UnixConnection(http.client.HTTPConnection):

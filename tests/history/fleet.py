@@ -31,8 +31,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.load import default_places
 from tests.apply.helpers import REPO_ROOT, run_ouro, write_replies, write_spec
 from tests.fakes.provider_server import (
@@ -83,7 +83,7 @@ FORGED_VERSION = "javascript:window.__ouro_pwned=14"
 FORGED_MESSAGE = "<img src=x onerror=window.__ouro_pwned=15> model unavailable"
 FORGED_STOP = '"><script>window.__ouro_pwned=16</script>'
 CUT_KEY_VARIABLE = "OURO_FLEET_CUT_KEY"
-SEED_TEXT = (REPO_ROOT / "reconciler" / "kernel" / "organism.el").read_text()
+SEED_TEXT = (REPO_ROOT / "reconciler" / "kernel" / "transaction" / "organism.el").read_text()
 
 
 def _cut_handler() -> Handler:

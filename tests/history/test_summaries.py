@@ -166,7 +166,7 @@ def test_the_original_instruments_lineage(original_lineage: Path) -> None:
 
 def test_no_observations_at_all(sample_lineage: Path) -> None:
     """The older instrument's lineage has no observation repository: rows, no numbers."""
-    from reconciler.kernel.config import LineagePaths
+    from reconciler.kernel.base.config import LineagePaths
 
     repo_git = sample_lineage / ".git"
     import pygit2

@@ -16,10 +16,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import lineage
-from reconciler.kernel.config import Identity, LineagePaths
-from reconciler.kernel.errors import BirthError
-from reconciler.kernel.lineage import ORGANISM, SIGNATURE, init_lineage
+from reconciler.kernel.base.config import Identity, LineagePaths
+from reconciler.kernel.base.errors import BirthError
+from reconciler.kernel.transaction import lineage
+from reconciler.kernel.transaction.lineage import ORGANISM, SIGNATURE, init_lineage
 
 IDENTITY = Identity("https://example.invalid/ouro.git", "main", "5" * 40, "a" * 64)
 

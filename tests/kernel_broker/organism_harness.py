@@ -14,8 +14,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from reconciler.kernel.broker import Broker, BrokerReport
-from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.base.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.broker.door import Broker, BrokerReport
 
 EMACS = shutil.which("emacs") or "/usr/bin/emacs"
 

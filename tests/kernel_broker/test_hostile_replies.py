@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.broker import Broker
-from reconciler.kernel.config import ModelConfig, Price
-from reconciler.kernel.failures import provider_failure
-from reconciler.kernel.ledger import worst_case_usd
+from reconciler.kernel.base.config import ModelConfig, Price
+from reconciler.kernel.base.failures import provider_failure
+from reconciler.kernel.broker.door import Broker
+from reconciler.kernel.broker.ledger import worst_case_usd
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import OK_REPLIES, FakeProvider, Reply, script
 
@@ -163,9 +163,10 @@ def test_a_broker_bug_closes_its_requests_record_naming_the_error(
     """The second net: whatever a reply does that no check foresaw, the request's audit
     ends as a 502 naming the error, not ``interrupted`` with the cause in the broker's
     log (which is deleted with the generation)."""
-    from reconciler.kernel import broker_process, providers
-    from reconciler.kernel.broker import model_json
-    from reconciler.kernel.config import Ceilings, constraints_manifest
+    from reconciler.kernel.base.config import Ceilings, constraints_manifest
+    from reconciler.kernel.broker import process as broker_process
+    from reconciler.kernel.broker import providers
+    from reconciler.kernel.broker.door import model_json
 
     echo = ModelConfig(provider="echo", name="echo")
     service = broker_process.Service({

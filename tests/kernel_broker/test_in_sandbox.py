@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import sandbox
-from reconciler.kernel.broker import Broker
-from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
-from reconciler.kernel.lineage import ORGANISM
+from reconciler.kernel.base.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.broker.door import Broker
+from reconciler.kernel.sandbox import life as sandbox
+from reconciler.kernel.transaction.lineage import ORGANISM
 from tests.host import require
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import ModelConfig, Price
-from reconciler.kernel.ledger import (
+from reconciler.kernel.base.config import ModelConfig, Price
+from reconciler.kernel.broker.ledger import (
     PROMPT_FRAMING_TOKENS,
     Ledger,
     Usage,

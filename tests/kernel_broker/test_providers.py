@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.config import ModelConfig, Price
-from reconciler.kernel.ledger import worst_case_usd
+from reconciler.kernel.base.config import ModelConfig, Price
+from reconciler.kernel.broker.ledger import worst_case_usd
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import (
     OK_REPLIES,

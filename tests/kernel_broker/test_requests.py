@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.broker import Broker, capabilities
-from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
-from reconciler.kernel.errors import ProviderConfigError, RecoveryError
-from reconciler.kernel.ledger import PROMPT_FRAMING_TOKENS
+from reconciler.kernel.base.config import Ceilings, ModelConfig, Price, constraints_manifest
+from reconciler.kernel.base.errors import ProviderConfigError, RecoveryError
+from reconciler.kernel.broker.door import Broker, capabilities
+from reconciler.kernel.broker.ledger import PROMPT_FRAMING_TOKENS
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, Reply, chat_ok, script
 
@@ -264,7 +264,8 @@ def test_a_private_dir_with_an_audit_is_never_reused(tmp_path: Path) -> None:
 
 
 def test_public_names_are_chosen() -> None:
-    from reconciler.kernel import broker, ledger, providers
+    from reconciler.kernel.broker import door as broker
+    from reconciler.kernel.broker.door import ledger, providers
 
     assert sorted(broker.__all__) == ["AUDIT_FILE", "Broker", "BrokerReport", "CAPABILITIES_FILE",
                                       "SOCKET_FILE", "capabilities", "check_config",

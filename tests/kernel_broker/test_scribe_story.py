@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import ModelConfig
-from reconciler.kernel.formats import Status, journal_entry
-from reconciler.kernel.lineage import ORGANISM
-from reconciler.kernel.providers import replay_files
+from reconciler.kernel.base.config import ModelConfig
+from reconciler.kernel.base.formats import Status, journal_entry
+from reconciler.kernel.broker.providers import replay_files
+from reconciler.kernel.transaction.lineage import ORGANISM
 from tests.kernel_broker.organism_harness import EMACS, defvar_value, elisp_string, live
 
 REPLIES = Path(__file__).resolve().parents[2] / "specs" / "replies" / "scribe"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import ModelConfig
+from reconciler.kernel.base.config import ModelConfig
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, Reply, Seen, openai_ok
 
@@ -55,7 +55,7 @@ def test_the_key_is_nowhere_but_in_the_request_to_the_provider(
             limits = Path(f"/proc/{broker.pid}/limits").read_text()
             assert [line.split()[4:6] for line in limits.splitlines()
                     if line.startswith("Max core file size")] == [["0", "0"]]
-            assert b"-m\0reconciler.kernel.broker" in \
+            assert b"-m\0reconciler.kernel.broker.door" in \
                 Path(f"/proc/{broker.pid}/cmdline").read_bytes()
             first = post(broker.socket_path, "hello")
             second = post(broker.socket_path, "hello again")

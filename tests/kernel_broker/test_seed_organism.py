@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.broker import capabilities
-from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
-from reconciler.kernel.lineage import ORGANISM
+from reconciler.kernel.base.config import Ceilings, ModelConfig, Price, constraints_manifest
+from reconciler.kernel.broker.door import capabilities
+from reconciler.kernel.transaction.lineage import ORGANISM
 from tests.kernel_broker.organism_harness import Life, defvar_value, live
 
 JOURNAL = "\n## gen 1 — no-change — 2026-11-29T15:45:59+00:00\n"

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.broker import BUDGET_BODY, TRUNCATED_HEADER, Broker
-from reconciler.kernel.config import Ceilings, ModelConfig, Price, constraints_manifest
-from reconciler.kernel.ledger import PROMPT_FRAMING_TOKENS
+from reconciler.kernel.base.config import Ceilings, ModelConfig, Price, constraints_manifest
+from reconciler.kernel.broker.door import BUDGET_BODY, TRUNCATED_HEADER, Broker
+from reconciler.kernel.broker.ledger import PROMPT_FRAMING_TOKENS
 from tests.fakes.broker_client import exchange, post, start_broker
 from tests.fakes.provider_server import (
     FakeProvider,

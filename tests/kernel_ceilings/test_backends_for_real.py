@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.ceilings import discover_mounts, open_scope
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.errors import CeilingError
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.base.errors import CeilingError
+from reconciler.kernel.sandbox.ceilings import discover_mounts, open_scope
 from tests.host import require
 
 HOST = discover_mounts()

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import ceilings as ceilings_module
-from reconciler.kernel.ceilings import (
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.base.errors import CeilingError, PreflightError
+from reconciler.kernel.sandbox import ceilings as ceilings_module
+from reconciler.kernel.sandbox.ceilings import (
     CgroupMounts,
     discover_mounts,
     open_scope,
     reap_stale_scopes,
 )
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.errors import CeilingError, PreflightError
 from tests.host import require
 
 HOST = discover_mounts()
@@ -693,7 +693,7 @@ def test_cgroup_creation_retries_only_a_busy_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[int], code: int | None,
     calls: int, made: bool,
 ) -> None:
-    from reconciler.kernel import ceilings
+    from reconciler.kernel.sandbox import ceilings
 
     real_mkdir = os.mkdir
     seen: list[str] = []

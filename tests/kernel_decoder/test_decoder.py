@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.decoder import Entry, decode, path_budget
-from reconciler.kernel.errors import DecoderRejection
+from reconciler.kernel.base.errors import DecoderRejection
+from reconciler.kernel.sandbox.decoder import Entry, decode, path_budget
 
 Member = tuple[str, str, bytes | str]  # (name, kind, data or link target)
 
@@ -332,7 +332,7 @@ def test_real_gnu_tar_of_a_tree_decodes(tmp_path: Path) -> None:
 
 
 def test_depth_is_bounded_by_what_git_can_check_out() -> None:
-    from reconciler.kernel.decoder import MAX_DEPTH
+    from reconciler.kernel.sandbox.decoder import MAX_DEPTH
 
     deepest = "/".join(["d"] * (MAX_DEPTH - 1) + ["f"])
     assert decode(build([*GOOD, (deepest, "file", b"x")]), max_files=10,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.kernel import formats
-from reconciler.kernel.formats import Change
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.formats import Change
 
 STAMP = "2026-11-29T15:46:04+00:00"
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from reconciler.kernel import formats
+from reconciler.kernel.base import formats
 from tests.host import require
 from tests.kernel_formats import original_reader
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import formats
+from reconciler.kernel.base import formats
 from tests.apply.helpers import write_replies, write_spec
 from tests.host import require
 from tests.kernels.checkout import REPO_ROOT, commit, environment, make_checkout, ouro

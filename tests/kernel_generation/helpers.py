@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import lineage as kernel_lineage
-from reconciler.kernel.ceilings import Accounting
-from reconciler.kernel.config import Ceilings, Identity, LineagePaths, ModelConfig
-from reconciler.kernel.decoder import decode
-from reconciler.kernel.generation import Runtime
-from reconciler.kernel.identity import fingerprint
-from reconciler.kernel.sandbox import SandboxResult
+from reconciler.kernel.base.config import Ceilings, Identity, LineagePaths, ModelConfig
+from reconciler.kernel.base.identity import fingerprint
+from reconciler.kernel.sandbox.ceilings import Accounting
+from reconciler.kernel.sandbox.decoder import decode
+from reconciler.kernel.sandbox.life import SandboxResult
+from reconciler.kernel.transaction import lineage as kernel_lineage
+from reconciler.kernel.transaction.generation import Runtime
 from tests.host import require
 
 TEST_COMMIT = "5" * 40
@@ -209,7 +209,7 @@ def fake() -> Fake:
 
 @pytest.fixture
 def run_fake(born: Lineage, fake: Fake) -> Callable[..., Any]:
-    from reconciler.kernel.generation import run_generation
+    from reconciler.kernel.transaction.generation import run_generation
 
     def run(**overrides: Any) -> Any:
         arguments: dict[str, Any] = {

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import publish, recovery
-from reconciler.kernel.ceilings import PARENT
-from reconciler.kernel.generation import KILL_POINT_ENV, KILL_POINTS, run_generation
-from reconciler.kernel.recovery import recover
+from reconciler.kernel.sandbox.ceilings import PARENT
+from reconciler.kernel.transaction import publish, recovery
+from reconciler.kernel.transaction.generation import KILL_POINT_ENV, KILL_POINTS, run_generation
+from reconciler.kernel.transaction.recovery import recover
 from tests.conftest import REPO_ROOT
 from tests.kernel_generation.helpers import (
     REAL_CEILINGS,
@@ -36,8 +36,8 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from reconciler.kernel.config import Identity, LineagePaths, ModelConfig
-    from reconciler.kernel.generation import run_generation
+    from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
+    from reconciler.kernel.transaction.generation import run_generation
     from tests.kernel_generation.helpers import REAL_CEILINGS
     root, commit, fingerprint, replay = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     paths = LineagePaths(root / "lin", root / "lin.git", root / "lin.observations",
@@ -165,7 +165,7 @@ def test_recover_refuses_while_the_generation_still_runs(born: Lineage, tmp_path
         deadline = time.monotonic() + 20
         while not publish.marker_path(born.paths).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        from reconciler.kernel.errors import RecoveryError
+        from reconciler.kernel.base.errors import RecoveryError
 
         with pytest.raises(RecoveryError, match="still running"):
             recover(born.paths)
@@ -177,7 +177,7 @@ def test_recover_refuses_while_the_generation_still_runs(born: Lineage, tmp_path
 
 def test_recover_on_a_healthy_lineage_is_a_no_op(born: Lineage, tmp_path: Path) -> None:
     replay = replay_model(tmp_path / "replies", [seed_text()]).replay_dir or tmp_path
-    from reconciler.kernel.config import ModelConfig
+    from reconciler.kernel.base.config import ModelConfig
 
     run_generation(paths=born.paths, identity=born.identity,
                    model=ModelConfig(provider="replay", name="r", replay_dir=replay),

@@ -16,12 +16,12 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import lineage as kernel_lineage
-from reconciler.kernel import publish, recovery
-from reconciler.kernel.config import KERNEL_OWNED_NAMES, METADATA_FILE, Identity, LineagePaths
-from reconciler.kernel.decoder import MAX_DEPTH, path_budget
-from reconciler.kernel.errors import DamageError, RecoveryError, StorageError
-from reconciler.kernel.generation import GenerationOutcome, run_generation
+from reconciler.kernel.base.config import KERNEL_OWNED_NAMES, METADATA_FILE, Identity, LineagePaths
+from reconciler.kernel.base.errors import DamageError, RecoveryError, StorageError
+from reconciler.kernel.sandbox.decoder import MAX_DEPTH, path_budget
+from reconciler.kernel.transaction import lineage as kernel_lineage
+from reconciler.kernel.transaction import publish, recovery
+from reconciler.kernel.transaction.generation import GenerationOutcome, run_generation
 from reconciler.state.audit import audit_lineage
 from reconciler.state.observe import observe
 from tests.host import require

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import publish, recovery
-from reconciler.kernel.errors import RecoveryError
-from reconciler.kernel.generation import check_extendable
-from reconciler.kernel.leftovers import Leftovers, classify_leftovers
+from reconciler.kernel.base.errors import RecoveryError
+from reconciler.kernel.transaction import publish, recovery
+from reconciler.kernel.transaction.generation import check_extendable
+from reconciler.kernel.transaction.leftovers import Leftovers, classify_leftovers
 from reconciler.state.observe import observe
 from tests.kernel_generation.helpers import Lineage
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
-from reconciler.kernel.generation import GenerationOutcome, run_generation
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.transaction.generation import GenerationOutcome, run_generation
 from tests.host import require
 from tests.kernel_generation.helpers import (
     REAL_CEILINGS,
@@ -139,8 +139,8 @@ def test_five_scripted_generations(born: Lineage, tmp_path: Path) -> None:
 def test_a_ceiling_that_cannot_be_enforced_is_a_preflight_error(
     born: Lineage, quiet: ModelConfig
 ) -> None:
-    from reconciler.kernel.ceilings import open_scope
-    from reconciler.kernel.errors import CeilingError
+    from reconciler.kernel.base.errors import CeilingError
+    from reconciler.kernel.sandbox.ceilings import open_scope
 
     unavailable = None
     for backend in ("systemd", "cgroup2"):
@@ -287,8 +287,8 @@ def test_exit_zero_with_hostile_archive_is_a_decoder_death(born: Lineage,
 def test_broker_failing_after_the_sandbox_started_discards_the_attempt(
     born: Lineage, quiet: ModelConfig
 ) -> None:
-    from reconciler.kernel.errors import TransientError
-    from reconciler.kernel.generation import real_runtime
+    from reconciler.kernel.base.errors import TransientError
+    from reconciler.kernel.transaction.generation import real_runtime
 
     install(born, '(write-region "x" nil "/work/started")\n(sleep-for 30)\n')
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.relay import Door
+from reconciler.kernel.broker.relay import Door
 
 
 class Upstream:

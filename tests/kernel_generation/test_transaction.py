@@ -15,9 +15,9 @@ from typing import Any
 import pygit2
 import pytest
 
-from reconciler.kernel import formats, publish
-from reconciler.kernel.config import Ceilings, Identity, ModelConfig
-from reconciler.kernel.errors import (
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import Ceilings, Identity, ModelConfig
+from reconciler.kernel.base.errors import (
     CeilingError,
     ConcurrentChangeError,
     DriftError,
@@ -25,7 +25,8 @@ from reconciler.kernel.errors import (
     ProviderConfigError,
     RecoveryError,
 )
-from reconciler.kernel.generation import GenerationOutcome, check_extendable
+from reconciler.kernel.transaction import publish
+from reconciler.kernel.transaction.generation import GenerationOutcome, check_extendable
 from tests.kernel_generation.helpers import Fake, Lineage, git, subjects
 
 Run = Callable[..., GenerationOutcome]
@@ -423,7 +424,7 @@ def test_marker_left_behind_requires_recovery(born: Lineage, run_fake: Run) -> N
 
 def test_extending_the_original_fixture_is_refused(original_lineage: Path,
                                                    identity: Identity) -> None:
-    from reconciler.kernel.config import LineagePaths
+    from reconciler.kernel.base.config import LineagePaths
 
     root = original_lineage.parent
     paths = LineagePaths(original_lineage, root / "fixture.git", root / "fixture.observations",
@@ -435,7 +436,7 @@ def test_extending_the_original_fixture_is_refused(original_lineage: Path,
 
 
 def test_not_a_lineage_is_a_preflight_error(tmp_path: Path, identity: Identity) -> None:
-    from reconciler.kernel.config import LineagePaths
+    from reconciler.kernel.base.config import LineagePaths
 
     paths = LineagePaths(tmp_path / "a", tmp_path / "a.git", tmp_path / "a.obs", "lineage-a",
                          "observations/lineage-a")
@@ -550,7 +551,7 @@ def test_a_fifo_in_the_worktree_is_refused_before_anything(born: Lineage, fake: 
 def test_publication_refuses_what_the_decoder_should_have(
     born: Lineage, entries: list[tuple[str, str]]
 ) -> None:
-    from reconciler.kernel.errors import DecoderRejection
+    from reconciler.kernel.base.errors import DecoderRejection
 
     repo = publish.open_lineage(born.paths)
     files = [publish.FileEntry(path, kind, b"x") for path, kind in entries]  # type: ignore[arg-type]
@@ -561,7 +562,7 @@ def test_publication_refuses_what_the_decoder_should_have(
 def test_a_generation_racing_another_for_the_marker_runs_nothing(
     born: Lineage, fake: Fake, run_fake: Run
 ) -> None:
-    from reconciler.kernel import generation
+    from reconciler.kernel.transaction import generation
 
     real_create = publish.create_marker
 

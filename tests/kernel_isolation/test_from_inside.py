@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel import keyring, sandbox
-from reconciler.kernel.ceilings import open_scope
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.errors import CeilingError
-from reconciler.kernel.sandbox import SANDBOX_PATH
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.base.errors import CeilingError
+from reconciler.kernel.sandbox import life as sandbox
+from reconciler.kernel.sandbox.ceilings import open_scope
+from reconciler.kernel.sandbox.life import SANDBOX_PATH, keyring
 from tests.host import require
 
 CEILINGS = Ceilings(wall_seconds=30, cpu_seconds=30, memory_bytes=256 << 20, tasks=32,

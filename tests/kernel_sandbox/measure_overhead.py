@@ -21,9 +21,9 @@ import time
 import uuid
 from pathlib import Path
 
-from reconciler.kernel.ceilings import open_scope
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.sandbox import bwrap_argv, run_sandbox
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.sandbox.ceilings import open_scope
+from reconciler.kernel.sandbox.life import bwrap_argv, run_sandbox
 
 ORGANISM = b'(message "alive")\n'
 BARE = ["bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink",

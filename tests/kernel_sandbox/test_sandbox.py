@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import sandbox
-from reconciler.kernel.ceilings import discover_mounts
-from reconciler.kernel.config import Ceilings
-from reconciler.kernel.decoder import decode
-from reconciler.kernel.errors import PreflightError
-from reconciler.kernel.sandbox import (
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.base.errors import PreflightError
+from reconciler.kernel.sandbox import life as sandbox
+from reconciler.kernel.sandbox.ceilings import discover_mounts
+from reconciler.kernel.sandbox.decoder import decode
+from reconciler.kernel.sandbox.life import (
     RUNNER,
     STDERR_LIMIT,
     USR_LINKS,
@@ -578,7 +578,7 @@ def test_runner_is_installed_byte_exact(tmp_path: Path) -> None:
     folder = tmp_path / "kernel"
     folder.mkdir()
     (folder / "runner.sh").write_text("echo tampered\n")
-    from reconciler.kernel.sandbox import install_runner
+    from reconciler.kernel.sandbox.life import install_runner
 
     install_runner(folder)
     assert (folder / "runner.sh").read_bytes() == RUNNER.read_bytes()

@@ -24,11 +24,12 @@ from typing import Any
 import pyseccomp
 import pytest
 
-from reconciler.kernel import confinement, seccomp_bpf, seccomp_filter
-from reconciler.kernel.broker import capabilities
-from reconciler.kernel.config import Ceilings, ModelConfig, constraints_manifest
-from reconciler.kernel.errors import PreflightError
-from reconciler.kernel.sandbox import bwrap_argv, life_argv, run_sandbox
+from reconciler.kernel.base import confinement, seccomp_filter
+from reconciler.kernel.base.config import Ceilings, ModelConfig, constraints_manifest
+from reconciler.kernel.base.errors import PreflightError
+from reconciler.kernel.broker.door import capabilities
+from reconciler.kernel.sandbox import seccomp_bpf
+from reconciler.kernel.sandbox.life import bwrap_argv, life_argv, run_sandbox
 from tests.host import require
 from tests.kernel_sandbox.test_sandbox import files, kernel_dir, need_real
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import seccomp_bpf, seccomp_filter
+from reconciler.kernel.base import seccomp_filter
+from reconciler.kernel.sandbox import seccomp_bpf
 from tests.apply.helpers import write_spec
 from tests.host import require
 from tests.kernels.checkout import (

@@ -49,7 +49,7 @@ def commit(checkout: Path, message: str) -> str:
 
 def change_kernel(checkout: Path, note: str) -> None:
     """A physics change: the seed organism gains a comment."""
-    organism = checkout / "reconciler" / "kernel" / "organism.el"
+    organism = checkout / "reconciler" / "kernel" / "transaction" / "organism.el"
     organism.write_text(organism.read_text() + f";; {note}\n")
 
 

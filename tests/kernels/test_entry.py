@@ -13,9 +13,9 @@ import pytest
 
 from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.pinned import PinnedKernel, request_json
-from reconciler.kernel import errors as kernel_errors
-from reconciler.kernel import identity
-from reconciler.kernel.config import (
+from reconciler.kernel.base import errors as kernel_errors
+from reconciler.kernel.base import identity
+from reconciler.kernel.base.config import (
     ENTRY_OUTCOME_SCHEMA,
     ENTRY_REQUEST_SCHEMA,
     Ceilings,
@@ -111,8 +111,8 @@ def test_a_damaged_entry_is_never_started(tmp_path: Path) -> None:
 
     store = KernelStore(tmp_path / "store")
     entry = engine_kernels.store_running(store, ME)
-    entry.package_dir.chmod(0o755)
-    victim = entry.package_dir / "lineage.py"
+    (entry.package_dir / "transaction").chmod(0o755)
+    victim = entry.package_dir / "transaction" / "lineage.py"
     victim.chmod(0o644)
     victim.write_bytes(victim.read_bytes() + b"\nraise SystemExit('tampered')\n")
     with pytest.raises(KernelStoreError, match="is damaged"):
@@ -127,8 +127,8 @@ def test_a_pinned_generation_is_cancelled_by_signal(tmp_path: Path) -> None:
     import threading
     import time
 
-    from reconciler.kernel import lineage
-    from reconciler.kernel.generation import GenerationCancelled
+    from reconciler.kernel.transaction import lineage
+    from reconciler.kernel.transaction.generation import GenerationCancelled
     from tests.host import require
     from tests.kernel_generation.helpers import REAL_CEILINGS, git, subjects
 

@@ -9,7 +9,7 @@ import pytest
 
 from reconciler.engine.pinned import request_json
 from reconciler.kernel import entry
-from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig
+from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig
 
 PATHS = LineagePaths(Path("/l"), Path("/l.git"), Path("/l.obs"), "lineage-l",
                      "observations/lineage-l")

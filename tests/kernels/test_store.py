@@ -13,8 +13,8 @@ import pytest
 from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.bundle import read_bundle
 from reconciler.errors import KernelStoreError
-from reconciler.kernel import identity
-from reconciler.kernel.config import ENTRY_REQUEST_SCHEMA, Identity
+from reconciler.kernel.base import identity
+from reconciler.kernel.base.config import ENTRY_REQUEST_SCHEMA, Identity
 from reconciler.state.kernels import (
     KernelStore,
     kernel_tree_files,
@@ -24,7 +24,7 @@ from reconciler.state.kernels import (
 from tests.host import require
 from tests.kernels.checkout import change_kernel, commit, git, make_checkout, remove_tree
 
-RUNNING = {p.name: p.read_bytes() for p in identity.trusted_files()}
+RUNNING = identity.read_trusted()
 FINGERPRINT = identity.fingerprint_of(RUNNING)
 C = "c" * 40
 
@@ -35,11 +35,14 @@ def test_put_writes_a_read_only_verified_entry(tmp_path: Path) -> None:
     assert entry.fingerprint == FINGERPRINT == identity.fingerprint()
     assert entry.commit == C and entry.entry == ENTRY_REQUEST_SCHEMA
     assert entry.package == package_name(FINGERPRINT)
-    assert sorted(p.name for p in entry.package_dir.iterdir()) == sorted([*RUNNING,
-                                                                           "__pycache__"])
-    bytecode = sorted((entry.package_dir / "__pycache__").iterdir())
+    assert entry.schema == "ouro-kernel-store-entry/v2"
+    stored = sorted(p.relative_to(entry.package_dir).as_posix()
+                    for p in entry.package_dir.rglob("*") if p.is_file())
+    sources = [name for name in stored if "__pycache__" not in name]
+    assert sources == sorted(RUNNING) and "base/identity.py" in sources
+    bytecode = [name for name in stored if "__pycache__" in name]
     assert len(bytecode) == sum(name.endswith(".py") for name in RUNNING)
-    for path in [entry.path, entry.package_dir, *entry.package_dir.iterdir(), *bytecode]:
+    for path in [entry.path, *entry.path.rglob("*")]:
         assert not os.stat(path).st_mode & 0o222, path
     assert store.commit_fingerprint(C) == FINGERPRINT
     assert [name for name in os.listdir(store.root) if name.startswith(".tmp-")] == []
@@ -56,22 +59,33 @@ def test_a_commit_record_is_never_replaced(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["bytes", "extra-file", "missing-file", "entry-json",
-                                    "byte-code", "extra-byte-code", "extra-folder"])
+                                    "byte-code", "extra-byte-code", "extra-folder",
+                                    "extra-in-sub-package", "extra-sub-folder", "link"])
 def test_a_damaged_entry_is_refused(tmp_path: Path, damage: str) -> None:
     store = KernelStore(tmp_path / "store")
     entry = engine_kernels.put(store, RUNNING, C)
     os.chmod(entry.path, 0o755)
-    os.chmod(entry.package_dir, 0o755)
+    for folder in [entry.package_dir, *entry.package_dir.rglob("*")]:
+        if folder.is_dir():
+            os.chmod(folder, 0o755)
     if damage == "bytes":
-        victim = entry.package_dir / "sandbox.py"
+        victim = entry.package_dir / "sandbox" / "life.py"
         victim.chmod(0o644)
         victim.write_bytes(victim.read_bytes().replace(b"--unshare-net", b"--share-net"))
     elif damage == "extra-file":
         (entry.package_dir / "evil.py").write_text("import os\n")
     elif damage == "missing-file":
-        (entry.package_dir / "decoder.py").unlink()
+        (entry.package_dir / "sandbox" / "decoder.py").unlink()
+    elif damage == "extra-in-sub-package":
+        (entry.package_dir / "broker" / "json.py").write_text("import os\n")
+    elif damage == "extra-sub-folder":
+        (entry.package_dir / "base" / "evil").mkdir()
+    elif damage == "link":
+        (entry.package_dir / "base" / "gitnames.py").unlink()
+        (entry.package_dir / "base" / "gitnames.py").symlink_to(tmp_path / "gitnames.py")
+        (tmp_path / "gitnames.py").write_bytes(RUNNING["base/gitnames.py"])
     elif damage == "byte-code":
-        victim = next((entry.package_dir / "__pycache__").glob("sandbox.*.pyc"))
+        victim = next((entry.package_dir / "sandbox" / "__pycache__").glob("life.*.pyc"))
         victim.chmod(0o644)
         victim.write_bytes(victim.read_bytes() + b"\0")
     elif damage == "extra-byte-code":
@@ -161,7 +175,8 @@ def test_kernel_trees_from_git_bundles_and_paths(tmp_path: Path) -> None:
 def test_prune_keeps_what_known_lineages_need(tmp_path: Path) -> None:
     store = KernelStore(tmp_path / "store")
     needed = engine_kernels.put(store, RUNNING, C)
-    other = dict(RUNNING, **{"organism.el": RUNNING["organism.el"] + b";; other\n"})
+    seed = "transaction/organism.el"
+    other = dict(RUNNING, **{seed: RUNNING[seed] + b";; other\n"})
     spare = engine_kernels.put(store, other, "d" * 40)
     third = engine_kernels.put(store, dict(other, **{"x.py": b""}), "e" * 40)
     needs = {needed.fingerprint: ["alpha"]}

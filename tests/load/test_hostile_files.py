@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import PlanFileError
-from reconciler.kernel.providers import MAX_RESPONSE_BYTES, ProviderFailure, ReplayProvider
+from reconciler.kernel.broker.providers import MAX_RESPONSE_BYTES, ProviderFailure, ReplayProvider
 from reconciler.plan.saved import MAX_PLAN_BYTES, load_plan
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.spec.load import MAX_ALIAS_NODES, MAX_FILE_BYTES

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reconciler.errors import SpecError
-from reconciler.kernel.config import Ceilings, LineagePaths, ModelConfig, Price
+from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig, Price
 from reconciler.spec.load import LoadedSpec, load_specs, state_dir
 
 MINIMAL = """\
@@ -406,7 +406,7 @@ def test_no_home_no_default_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_a_custom_branch_keeps_the_specs_name(tmp_path: Path) -> None:
     """The lineage's name is the spec's metadata.name, never read off the branch."""
-    from reconciler.kernel.recovery import scope_prefix
+    from reconciler.kernel.transaction.recovery import scope_prefix
 
     text = MINIMAL.format(name="alpha") + "  storage:\n    branch: evo/alpha-2\n"
     spec = only([write(tmp_path, "a.yaml", text)])

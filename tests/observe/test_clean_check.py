@@ -11,9 +11,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import lineage, publish
-from reconciler.kernel.config import Identity, LineagePaths
-from reconciler.kernel.identity import fingerprint
+from reconciler.kernel.base.config import Identity, LineagePaths
+from reconciler.kernel.base.identity import fingerprint
+from reconciler.kernel.transaction import lineage, publish
 from reconciler.state import observe as observe_module
 from reconciler.state.observe import observe
 

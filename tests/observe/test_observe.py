@@ -10,7 +10,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.observe import Observed, observe
 from tests.observe.builder import LineageBuilder, lineage_paths
 
@@ -336,7 +336,7 @@ def test_status_spend_counts_discarded_attempts_too(tmp_path: Path) -> None:
     """A generation discarded after a crash re-runs; the money it spent is still spent."""
     import json
 
-    from reconciler.kernel import formats
+    from reconciler.kernel.base import formats
     from reconciler.state.observe import read_status
 
     call = {"accounted_usd": "0.10"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 
 
 def spec_yaml(name: str, paths: LineagePaths, *, generations: int, provider: str = "openai",

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from reconciler.kernel.config import Identity, LineagePaths
+from reconciler.kernel.base.config import Identity, LineagePaths
 from tests.observe.builder import SEED_ORGANISM, LineageBuilder
 
 __all__ = ["CALL", "ORIGINAL", "folder_paths", "peer"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import LineagePlan, make_plan, plan_lineage
 from reconciler.spec.load import load_specs
 from reconciler.state import instrument
@@ -108,7 +108,7 @@ def test_nothing_there_is_create(tmp_path: Path) -> None:
 
 
 def test_lineage_born_by_the_kernel_plans_as_extend(tmp_path: Path) -> None:
-    from reconciler.kernel import lineage
+    from reconciler.kernel.transaction import lineage
     paths = lineage_paths(tmp_path, "x")
     lineage.init_lineage(paths, instrument.current())
     result = _plan_one(tmp_path, paths, 2)
@@ -117,7 +117,7 @@ def test_lineage_born_by_the_kernel_plans_as_extend(tmp_path: Path) -> None:
 
 
 def test_born_by_another_instrument(tmp_path: Path) -> None:
-    from reconciler.kernel.config import Identity
+    from reconciler.kernel.base.config import Identity
 
     other = Identity("https://example.invalid/x.git", "main", "9" * 40, "8" * 64)
     builder = LineageBuilder(tmp_path, "x", identity=other)

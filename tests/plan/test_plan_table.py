@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel.config import (
+from reconciler.kernel.base.config import (
     ENTRY_REQUEST_SCHEMA,
     Ceilings,
     Identity,

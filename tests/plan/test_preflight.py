@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from reconciler.cli import main
-from reconciler.kernel.config import ModelConfig
+from reconciler.kernel.base.config import ModelConfig
 from reconciler.state import instrument
 from reconciler.state.preflight import api_key, provider_problem
 from tests.observe.builder import LineageBuilder, lineage_paths

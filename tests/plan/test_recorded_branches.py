@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.spec.load import load_specs
 from reconciler.state import instrument

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from reconciler.engine.probe import Prober, ProbeResult, probe
-from reconciler.kernel.config import ModelConfig, Price
+from reconciler.kernel.base.config import ModelConfig, Price
 from tests.fakes.provider_server import (
     MODEL_LISTS,
     FakeProvider,
@@ -134,7 +134,7 @@ IN_NO_NETWORK = """
 import json, sys
 from decimal import Decimal
 from reconciler.engine.probe import probe
-from reconciler.kernel.config import ModelConfig, Price
+from reconciler.kernel.base.config import ModelConfig, Price
 model = ModelConfig(provider="anthropic", name="m", base_url="https://no-such-host.invalid",
                     api_key_env="OURO_PROBE_KEY", price=Price(Decimal(1), Decimal(1)))
 found = probe(model, sys.argv[1])

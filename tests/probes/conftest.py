@@ -10,7 +10,7 @@ from pathlib import Path
 import pygit2
 
 from reconciler.engine.probes import sandbox
-from reconciler.kernel.errors import CeilingError
+from reconciler.kernel.base.errors import CeilingError
 from reconciler.spec.probes import ProbeFiles
 from tests.host import require
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.saved import check_fresh, load_plan
 from reconciler.state import instrument
 from reconciler.state.observe import observe
@@ -221,7 +221,7 @@ def test_kernel_born_lineage_end_to_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A lineage born by the kernel's init_lineage plans as extend, and plan leaves it be."""
-    from reconciler.kernel.lineage import init_lineage
+    from reconciler.kernel.transaction.lineage import init_lineage
 
     paths = lineage_paths(tmp_path, "born")
     init_lineage(paths, instrument.current())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.report.escape import markdown, markdown_code, terminal
 from reconciler.state import instrument
 from tests.inprocess import ouro

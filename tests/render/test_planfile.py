@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import PlanFileError
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan, Plan
 from reconciler.plan.saved import PLANFILE_FORMAT, check_fresh, load_plan, save_plan
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 from reconciler.plan import Change, LineagePlan, Plan, make_plan
 from reconciler.report.render import (
     FORMAT_VERSION,

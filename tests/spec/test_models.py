@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reconciler.kernel import config as kc
+from reconciler.kernel.base import config as kc
 from reconciler.report.schema import schema_text
 from reconciler.spec import (
     CeilingsSpec,

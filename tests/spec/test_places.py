@@ -19,7 +19,7 @@ import pygit2
 import pytest
 
 from reconciler.engine.executors.slurm import JOBS_DIR
-from reconciler.kernel.providers import MAX_RESPONSE_BYTES
+from reconciler.kernel.broker.providers import MAX_RESPONSE_BYTES
 from reconciler.spec import places
 from reconciler.state import instrument
 from reconciler.state.kernels import STORE_ENV

@@ -17,8 +17,8 @@ from typing import Any
 import pygit2
 from pygit2.enums import RepositoryInitFlag
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import (
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
     MODEL_CALL_SCHEMA,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.kernel import formats
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.audit import CODES, audit_lineage, restored_organism
 from tests.verify.builder import (
     SEED,

@@ -21,7 +21,7 @@ from reconciler.engine.verify import (
     spawn_child,
     verify,
 )
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state import audit_child
 from tests.verify.builder import Lineage
 from tests.verify.test_audit import fixture_paths, overspend, sound

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.kernel.generation import GenerationOutcome
+from reconciler.kernel.transaction.generation import GenerationOutcome
 from reconciler.state.audit import audit_lineage
 from tests.kernel_generation.helpers import Fake, Lineage
 

@@ -17,10 +17,10 @@ import pygit2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from reconciler.kernel import lineage as kernel_lineage
-from reconciler.kernel.config import Ceilings, Identity, LineagePaths
-from reconciler.kernel.generation import run_generation
-from reconciler.kernel.identity import fingerprint
+from reconciler.kernel.base.config import Ceilings, Identity, LineagePaths
+from reconciler.kernel.base.identity import fingerprint
+from reconciler.kernel.transaction import lineage as kernel_lineage
+from reconciler.kernel.transaction.generation import run_generation
 from reconciler.state.audit import audit_lineage, restored_organism
 from tests.kernel_generation.helpers import ECHO, TEST_COMMIT, Fake
 

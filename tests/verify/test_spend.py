@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import formats
+from reconciler.kernel.base import formats
 from reconciler.state.audit import accounted_spend, audit_lineage
 from reconciler.state.observe import observe, read_status
 from tests.plan.original import peer

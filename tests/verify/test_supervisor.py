@@ -20,7 +20,7 @@ from reconciler.engine.verify import (
     sanitize_report,
     start_background_audit,
 )
-from reconciler.kernel.config import LineagePaths
+from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.audit_child import REPORT_SCHEMA
 
 GATE = 30.0

@@ -28,7 +28,7 @@ from typing import Any, cast
 from reconciler.engine.apply import Engine, Limits, LineageResult
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.errors import ApplyError, OuroError
-from reconciler.kernel.config import Identity
+from reconciler.kernel.base.config import Identity
 from reconciler.plan import Refusal
 from reconciler.plan.planner import Reason
 

@@ -1,6 +1,6 @@
 """One measurement: a probe's command on one generation's committed tree, sandboxed.
 
-Rule: as strict as a life (``reconciler.kernel.sandbox``), from the kernel's own
+Rule: as strict as a life (``reconciler.kernel.sandbox.life``), from the kernel's own
 pieces: the ceilings scope, the confinement prelude, bwrap's arguments (no network,
 own user/pid/ipc/uts/cgroup namespaces, no capabilities, read-only root), the
 seccomp filter and a fresh session keyring. What differs is only what is mounted:
@@ -26,10 +26,9 @@ from pathlib import Path
 
 import pygit2
 
-from reconciler.kernel import keyring, seccomp_bpf
-from reconciler.kernel import sandbox as life
-from reconciler.kernel.ceilings import Scope, open_scope
-from reconciler.kernel.config import Ceilings
+from reconciler.kernel.base.config import Ceilings
+from reconciler.kernel.sandbox import keyring, life, seccomp_bpf
+from reconciler.kernel.sandbox.ceilings import Scope, open_scope
 from reconciler.spec.probes import ProbeFiles
 
 from . import output

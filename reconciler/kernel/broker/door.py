@@ -28,8 +28,8 @@ stdin reaches end of file).
 This module is the parent's side (checking a configuration, starting the
 process and handing it the key, stopping it, reading its audit) and the wire
 they share (the manifest, file names, the configuration line);
-``broker_process`` is the child's side (``python -m
-reconciler.kernel.broker_process``: serving, ledger, provider calls).
+``process`` is the child's side (``python -m
+reconciler.kernel.broker.process``: serving, ledger, provider calls).
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from .config import (
+from ..base.config import (
     CAPABILITIES_SCHEMA,
     JOURNAL_FILE,
     PROVIDERS,
     ModelConfig,
     Price,
 )
-from .errors import ProviderConfigError, RecoveryError, TransientError
-from .formats import calls_spend
+from ..base.errors import ProviderConfigError, RecoveryError, TransientError
+from ..base.formats import calls_spend
 
 __all__ = [
     "AUDIT_FILE",
@@ -82,7 +82,7 @@ KEYED = ("anthropic", "openai")
 HTTP_PROVIDERS = ("anthropic", "openai", "openai-compatible")
 # The child's side, named from this package's own name: the kernel runs under any package
 # name (``reconciler.kernel`` here, ``ouro_kernel_<fingerprint>`` from the kernel store).
-PROCESS_MODULE = f"{__package__}.broker_process"
+PROCESS_MODULE = f"{__package__}.process"
 # The folder the package's top level is in: the child runs there, so ``-m`` finds this copy.
 PACKAGE_ROOT = Path(__file__).resolve().parents[(__package__ or "").count(".") + 1]
 

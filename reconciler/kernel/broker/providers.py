@@ -52,7 +52,7 @@ from typing import Any, Protocol
 
 import tenacity
 
-from .config import ModelConfig
+from ..base.config import ModelConfig
 from .ledger import Ledger, Reservation, Usage, estimate_prompt_tokens, usd_text
 
 __all__ = [

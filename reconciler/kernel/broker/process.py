@@ -1,6 +1,6 @@
 """The model broker's own process: serving, ledger, provider calls. Trusted harness.
 
-Started by ``broker.Broker.start`` as ``python -E -m reconciler.kernel.broker_process``
+Started by ``broker.Broker.start`` as ``python -E -m reconciler.kernel.broker.process``
 with only PATH, LANG, HOME and TMPDIR in its environment. Its first stdin line is
 the configuration (``broker.model_json``, the key among it); it then serves
 ``/generate`` on ``model.sock`` (see ``broker``'s docstring for the wire), audits
@@ -27,7 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from .broker import (
+from ..base.config import MODEL_CALL_SCHEMA
+from .door import (
     AUDIT_FILE,
     BUDGET_BODY,
     CAPABILITIES_FILE,
@@ -41,7 +42,6 @@ from .broker import (
     capabilities,
     model_from_json,
 )
-from .config import MODEL_CALL_SCHEMA
 
 MIN_REDACTED_KEY = 16
 DRAIN_LIMIT = 16 << 20  # an oversized body is read and dropped up to this much

@@ -16,7 +16,7 @@ import os
 import platform
 import threading
 
-from . import seccomp_filter
+from ..base import seccomp_filter
 
 __all__ = ["bpf", "bpf_sha256", "filter_fd", "warm"]
 

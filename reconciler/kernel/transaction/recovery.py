@@ -37,10 +37,9 @@ from typing import Any, Literal
 
 import pygit2
 
-from . import publish
-from .config import LineagePaths
-from .errors import KernelError, PreflightError, RecoveryError
-from .formats import (
+from ..base.config import LineagePaths
+from ..base.errors import KernelError, PreflightError, RecoveryError
+from ..base.formats import (
     GENERATIONS_DIR,
     INTERRUPTED_DIR,
     calls_spend,
@@ -48,6 +47,7 @@ from .formats import (
     observation_path,
     parse_generation_subject,
 )
+from . import publish
 from .leftovers import Leftovers, classify_leftovers, pending_problem
 
 __all__ = [
@@ -185,7 +185,7 @@ def _reap_scopes(paths: LineagePaths, patience: float = 3.0) -> None:
     """Remove the cgroups left by killed attempts of this lineage (the caller holds its
     lock). A sandbox dies with its kernel, but not in the same instant: its groups
     empty within moments, so this waits for that, a little."""
-    from .ceilings import PARENT, discover_mounts, reap_stale_scopes
+    from ..sandbox.ceilings import PARENT, discover_mounts, reap_stale_scopes
 
     prefix = scope_prefix(paths)
     deadline = time.monotonic() + patience
@@ -262,7 +262,7 @@ def _sync_observation_worktree(repo: pygit2.Repository, head: pygit2.Commit) -> 
 def _read_audit(private_dir: object) -> list[dict[str, Any]]:
     if not isinstance(private_dir, str):
         return []
-    from .broker import Broker
+    from ..broker.door import Broker
 
     return Broker.read_audit(Path(private_dir))
 

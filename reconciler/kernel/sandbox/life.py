@@ -37,10 +37,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import confinement, keyring, seccomp_bpf
+from ..base import confinement
+from ..base.config import Ceilings
+from ..base.errors import PreflightError
+from . import keyring, seccomp_bpf
 from .ceilings import Accounting, Scope, open_scope
-from .config import Ceilings
-from .errors import PreflightError
 
 RUNNER = Path(__file__).with_name("runner.sh")
 KERNEL_MOUNT = "/kernel"

@@ -23,7 +23,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import RepositoryInitFlag as InitFlag
 
-from .config import (
+from ..base.config import (
     ENTRY_METADATA_KEY,
     ENTRY_REQUEST_SCHEMA,
     JOURNAL_FILE,
@@ -34,14 +34,14 @@ from .config import (
     Identity,
     LineagePaths,
 )
-from .errors import BirthError
-from .formats import (
+from ..base.errors import BirthError
+from ..base.formats import (
     INSTRUMENT_KEYS,
     OBSERVATION_METADATA_FILE,
     SEED_SUBJECT,
     observation_init_subject,
 )
-from .identity import OBJECT_ID, is_object_id
+from ..base.identity import OBJECT_ID, is_object_id
 
 __all__ = [
     "OBSERVATION_METADATA_FILE",

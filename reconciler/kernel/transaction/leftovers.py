@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import pygit2
 
-from .formats import parse_generation_subject
+from ..base.formats import parse_generation_subject
 
 __all__ = ["ACTIONABLE", "LeftoverKind", "Leftovers", "classify_leftovers", "pending_problem"]
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .errors import PreflightError
+from ..base.errors import PreflightError
 
 __all__ = ["in_fresh_session_keyring"]
 

@@ -47,9 +47,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pygit2
 
-from . import failures, faults, publish, recovery
-from .broker import CAPABILITIES_FILE, SOCKET_FILE, capabilities, check_config
-from .config import (
+from ..base import failures
+from ..base.config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
     LINEAGE_SCHEMA,
@@ -62,13 +61,13 @@ from .config import (
     Provenance,
     constraints_manifest,
 )
-from .errors import (
+from ..base.errors import (
     DecoderRejection,
     DriftError,
     KernelError,
     RecoveryError,
 )
-from .formats import (
+from ..base.formats import (
     EXTERNAL_EDIT_SUBJECT,
     OBSERVATION_METADATA_FILE,
     PHYSICS_KEYS,
@@ -82,13 +81,15 @@ from .formats import (
     subject_changed,
     subject_died,
 )
+from ..broker.door import CAPABILITIES_FILE, SOCKET_FILE, capabilities, check_config
+from ..broker.relay import Door
+from . import faults, publish, recovery
 from .leftovers import ACTIONABLE
-from .relay import Door
 
 if TYPE_CHECKING:
-    from .ceilings import Scope
-    from .decoder import Entry
-    from .sandbox import SandboxResult
+    from ..sandbox.ceilings import Scope
+    from ..sandbox.decoder import Entry
+    from ..sandbox.life import SandboxResult
 
 __all__ = [
     "KILL_POINTS",
@@ -167,11 +168,11 @@ class Runtime:
 
 
 def real_runtime() -> Runtime:
-    from .broker import Broker
-    from .ceilings import open_scope, reap_stale_scopes
-    from .decoder import decode
-    from .sandbox import run_sandbox
-    from .seccomp_bpf import warm
+    from ..broker.door import Broker
+    from ..sandbox.ceilings import open_scope, reap_stale_scopes
+    from ..sandbox.decoder import decode
+    from ..sandbox.life import run_sandbox
+    from ..sandbox.seccomp_bpf import warm
 
     warm()  # the filter is built while the generation prepares (physics release 2)
     return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit,
@@ -473,7 +474,7 @@ def _classify(
         try:
             if getattr(result, "archive_overflow", False):
                 raise DecoderRejection("kernel: the result archive exceeds the worktree ceiling")
-            from .decoder import path_budget
+            from ..sandbox.decoder import path_budget
 
             entries = runtime.decode(
                 result.archive, max_files=ceilings.worktree_files,
@@ -799,7 +800,7 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
     parts.broker = None
     broker.kill()
     calls = runtime.read_audit(parts.private_dir)
-    from .broker import read_refused
+    from ..broker.door import read_refused
 
     refused = read_refused(parts.private_dir)
     spend = calls_spend(calls)

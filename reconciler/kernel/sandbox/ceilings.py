@@ -45,8 +45,8 @@ from typing import Any, Protocol
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from .config import ENFORCEMENTS, Ceilings, format_memory
-from .errors import CeilingError
+from ..base.config import ENFORCEMENTS, Ceilings, format_memory
+from ..base.errors import CeilingError
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 PARENT = "ouro"  # every generation's cgroup lives under <hierarchy>/ouro/

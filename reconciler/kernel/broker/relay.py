@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .broker import SOCKET_FILE
+from .door import SOCKET_FILE
 
 __all__ = ["DOOR_BACKLOG", "DOOR_STALL_S", "Door"]
 

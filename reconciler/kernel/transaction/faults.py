@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pygit2
 
-from .config import LineagePaths
-from .errors import DamageError, KernelError, StorageError
+from ..base.config import LineagePaths
+from ..base.errors import DamageError, KernelError, StorageError
 
 __all__ = ["full_places", "names_an_object", "translate"]
 

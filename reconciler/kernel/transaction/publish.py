@@ -46,16 +46,16 @@ from tenacity import (
     wait_random,
 )
 
-from .config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
-from .errors import (
+from ..base.config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
+from ..base.errors import (
     ConcurrentChangeError,
     DamageError,
     DecoderRejection,
     PreflightError,
     RecoveryError,
 )
-from .formats import MARKER_FILE, MARKER_SCHEMA, Change
-from .gitnames import refused
+from ..base.formats import MARKER_FILE, MARKER_SCHEMA, Change
+from ..base.gitnames import refused
 from .worktree import FileEntry, read_worktree, write_worktree
 
 __all__ = [

@@ -49,9 +49,9 @@ import tarfile
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import KERNEL_OWNED_NAMES
-from .errors import DecoderRejection
-from .gitnames import refused
+from ..base.config import KERNEL_OWNED_NAMES
+from ..base.errors import DecoderRejection
+from ..base.gitnames import refused
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255

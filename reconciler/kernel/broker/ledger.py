@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from .config import Price
+from ..base.config import Price
 
 __all__ = ["PROMPT_FRAMING_TOKENS", "Ledger", "Reservation", "Usage", "estimate_prompt_tokens",
            "usd_text", "worst_case_usd"]

@@ -30,8 +30,8 @@ from typing import Literal
 
 import pygit2
 
-from .errors import DamageError, PreflightError
-from .gitnames import refused
+from ..base.errors import DamageError, PreflightError
+from ..base.gitnames import refused
 
 __all__ = ["FileEntry", "open_worktree", "read_worktree", "write_worktree"]
 
