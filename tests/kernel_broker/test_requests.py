@@ -265,7 +265,7 @@ def test_a_private_dir_with_an_audit_is_never_reused(tmp_path: Path) -> None:
 
 def test_public_names_are_chosen() -> None:
     from reconciler.kernel.broker import door as broker
-    from reconciler.kernel.broker.door import ledger, providers
+    from reconciler.kernel.broker import ledger, providers
 
     assert sorted(broker.__all__) == ["AUDIT_FILE", "Broker", "BrokerReport", "CAPABILITIES_FILE",
                                       "SOCKET_FILE", "capabilities", "check_config",

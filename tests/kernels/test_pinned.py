@@ -122,7 +122,7 @@ def test_a_lineage_outlives_ouro_versions(tmp_path: Path) -> None:
 
     # an altered store entry is refused, never run
     entry = _store_entry(state, f1)
-    victim = next((entry).glob("ouro_kernel_*/generation.py"))
+    victim = next((entry).glob("ouro_kernel_*/transaction/generation.py"))
     victim.chmod(0o644)
     victim.write_bytes(victim.read_bytes() + b"\n# tampered\n")
     write_spec(specs, "old", 4)
