@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import plan_bench  # noqa: E402  (sets OURO_INSTRUMENT_COMMIT to the fleet's)
 import pygit2  # noqa: E402
 
-from reconciler.kernel import formats  # noqa: E402
+from reconciler.kernel.base import formats  # noqa: E402
 from reconciler.state import instrument  # noqa: E402
 
 OUT = ROOT / "bench" / "out"

@@ -64,7 +64,7 @@ os.environ["OURO_INSTRUMENT_COMMIT"] = BENCH_COMMIT
 
 import pygit2  # noqa: E402
 
-from reconciler.kernel import formats, publish  # noqa: E402
+from reconciler.kernel.base import formats  # noqa: E402
 from reconciler.kernel.base.config import (  # noqa: E402
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
@@ -73,6 +73,7 @@ from reconciler.kernel.base.config import (  # noqa: E402
     ModelConfig,
     constraints_manifest,
 )
+from reconciler.kernel.transaction import publish  # noqa: E402
 from reconciler.state import instrument  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kernel import formats
+from reconciler.kernel.base import formats
 from reconciler.report.viewer import guard, pages
 from reconciler.report.viewer.app import cookie_name
 from tests.observe.builder import LineageBuilder
