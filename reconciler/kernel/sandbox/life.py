@@ -18,6 +18,12 @@ convention; the runner, a shell, does the same for Emacs), so a status in
 129..192 is read as that signal -- an organism calling ``(kill-emacs 130)`` is
 indistinguishable from one killed by SIGINT, by construction of the shell.
 
+Physics release 2 adds (``confinement``; docs/contract.md "Physics release 2"):
+a seccomp filter (``seccomp_filter``, built by ``seccomp_bpf``; ``--seccomp``), a
+fresh empty session keyring (``keyring``), the life's own user namespace around
+bwrap's with bounded per-namespace counts and its own devpts (the prelude), and
+resource limits set with prlimit while the life waits at its scope's gate.
+
 Output is bounded: stdout (the result archive) up to ``archive_limit()`` --
 beyond it the archive is dropped whole (``archive_overflow``), never cut,
 so a truncated tar can never pass for a smaller tree -- and stderr keeps its
@@ -138,10 +144,11 @@ def bwrap_argv(
 
 def life_argv(*, kernel_dir: Path, ceilings: Ceilings, seccomp_fd: int) -> list[str]:
     """The complete command line of one life of physics release 2: the confinement
-    prelude (own user namespace with bounded counts, own devpts, RLIMIT_NOFILE), then
-    bwrap with the seccomp filter. bwrap runs as uid 0 of the prelude's namespace, so it
-    is told the ids the life had without the prelude (ouro's own): an organism sees the
-    same uid and gid under either physics, on any host."""
+    prelude (own user namespace with bounded counts, own devpts), then bwrap with the
+    seccomp filter (the resource limits are set at the scope's gate, ``_start``). bwrap
+    runs as uid 0 of the prelude's namespace, so it is told the ids the life had without
+    the prelude (ouro's own): an organism sees the same uid and gid under either physics,
+    on any host."""
     return [*confinement.prelude_argv(),
             *bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd,
                         own_devpts=True, ids=(os.getuid(), os.getgid()))]
