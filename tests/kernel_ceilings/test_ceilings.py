@@ -597,6 +597,23 @@ def test_systemd_scope_arguments_and_accounting(
     assert "stop ouro-sd1.scope" in calls
 
 
+def test_systemd_scope_runs_prepare_before_its_command(
+    fake_systemd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UNIT", "ouro-sd5.scope")
+    mounts = systemd_cgroup(fake_systemd, "ouro-sd5.scope")
+    scope = open_scope(Ceilings(enforcement="systemd"), "sd5", mounts=mounts)
+
+    def prepare(pid: int) -> None:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (55, 55))
+
+    proc = scope.popen(["/bin/sh", "-c", "ulimit -n; ulimit -Hn"], prepare=prepare,
+                       stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=10)
+    scope.close()
+    assert out.decode().split() == ["55", "55"]
+
+
 def test_systemd_expand_environment_flag_when_supported(
     fake_systemd: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
