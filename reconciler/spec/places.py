@@ -70,7 +70,10 @@ def _resolved(path: Path) -> Path:
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or path.is_relative_to(folder)
+    """``path`` is ``folder`` or below it (both absolute and normal; a string compare, as
+    this runs for every place against every reserved folder)."""
+    shown, base = str(path), str(folder)
+    return shown == base or shown.startswith(base if base.endswith("/") else base + "/")
 
 
 def replay_problem(folder: Path, spec_dir: Path) -> str | None:
@@ -102,10 +105,10 @@ def replay_problem(folder: Path, spec_dir: Path) -> str | None:
     return None
 
 
-def system_problem(place: Path) -> str | None:
-    """Why ``place`` (absolute) is a system location (None: it is not)."""
+def system_problem(place: Path, real: Path | None = None) -> str | None:
+    """Why ``place`` (absolute; ``real``: resolved) is a system location (None: it is not)."""
     home = Path(os.path.expanduser("~"))
-    for shown in dict.fromkeys((place, _resolved(place))):
+    for shown in dict.fromkeys((place, real or _resolved(place))):
         if len(shown.parts) <= 2:
             return (f"{shown} is the root or a top-level folder of the host: a lineage lives "
                     "in a folder of its own; choose a path below one")
@@ -152,14 +155,18 @@ def python_path_folders() -> tuple[Path, ...]:
     return tuple(folders)
 
 
-def _ancestors(place: Path) -> Iterator[Path]:
-    """The folders ``place`` lies in, innermost first, as written and resolved."""
-    seen: set[Path] = set()
-    for start in (place, _resolved(place)):
-        for folder in start.parents:
-            if folder not in seen:
-                seen.add(folder)
-                yield folder
+def ancestors(*paths: str) -> Iterator[str]:
+    """The folders the absolute ``paths`` lie in, innermost first, each once (strings:
+    this runs for every place of a fleet)."""
+    seen: set[str] = set()
+    for path in paths:
+        folder = os.path.dirname(path)
+        while folder not in seen:
+            seen.add(folder)
+            yield folder
+            if folder == "/":
+                break
+            folder = os.path.dirname(folder)
 
 
 def lineage_place_at(folder: Path) -> str | None:
@@ -177,14 +184,18 @@ def lineage_place_at(folder: Path) -> str | None:
     return None
 
 
-def inside_a_lineage(place: Path, own: tuple[Path, ...] = ()) -> str | None:
-    """Why ``place`` lies inside a lineage place on disk other than its lineage's ``own``
-    (a git dir inside its own worktree is git's ordinary layout; None: it does not)."""
-    mine = {*own, *(_resolved(p) for p in own)}
-    for folder in _ancestors(place):
-        if folder in mine:
+def inside_a_lineage(place: Path, real: Path, own: set[str],
+                     seen: dict[str, str | None]) -> str | None:
+    """Why ``place`` (``real``: resolved) lies inside a lineage place on disk other than
+    its lineage's ``own`` places (as written and resolved: a git dir inside its own
+    worktree is git's ordinary layout); None: it does not. ``seen`` keeps what each
+    folder is across the places of one load."""
+    for folder in ancestors(str(place), str(real)):
+        if folder in own:
             continue
-        what = lineage_place_at(folder)
+        if folder not in seen:
+            seen[folder] = lineage_place_at(Path(folder))
+        what = seen[folder]
         if what is not None:
             return (f"{place} is inside {folder}, {what}: a lineage inside another would be "
                     "committed into it (an external edit) or read as its history; choose a "
@@ -192,10 +203,10 @@ def inside_a_lineage(place: Path, own: tuple[Path, ...] = ()) -> str | None:
     return None
 
 
-def reserved_problem(place: Path, state_dir: Path | None) -> str | None:
-    """Why ``place`` is ouro's own (state dir folders, kernel store) or on the host Python's
-    path (None: it is neither)."""
-    shown = dict.fromkeys((place, _resolved(place)))
+def reserved_folders(state_dir: Path | None) -> tuple[tuple[Path, str], ...]:
+    """ouro's own folders, and what each is: the state dir's hidden ones and
+    ``slurm-jobs``, the kernel store (read once per load)."""
+    store = os.environ.get(KERNEL_STORE_ENV)
     reserved: list[tuple[Path, str]] = []
     if state_dir is not None:
         for base in dict.fromkeys((state_dir, _resolved(state_dir))):
@@ -205,9 +216,16 @@ def reserved_problem(place: Path, state_dir: Path | None) -> str | None:
                 names = []
             reserved += [(base / name, "a folder of ouro's own in the state dir")
                          for name in (*names, ".kernels", ".summaries", ".audits", JOBS_DIR)]
-    store = os.environ.get(KERNEL_STORE_ENV)
     if store:
         reserved.append((Path(os.path.abspath(os.path.expanduser(store))), "the kernel store"))
+    return tuple(reserved)
+
+
+def reserved_problem(place: Path, reserved: tuple[tuple[Path, str], ...],
+                     real: Path | None = None) -> str | None:
+    """Why ``place`` is in one of ouro's ``reserved`` folders (``reserved_folders``) or on
+    the host Python's path (None: it is neither)."""
+    shown = dict.fromkeys((place, real or _resolved(place)))
     for folder, what in reserved:
         for path in shown:
             if _inside(path, folder):
