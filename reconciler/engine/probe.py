@@ -108,13 +108,16 @@ def probe(model: ModelConfig, api_key: str | None, *,
     except (ValueError, KeyError) as error:
         return ProbeResult(False, "config", f"provider {model.provider}: {error}",
                            "set spec.model.base_url")
-    headers = {"accept": "application/json", **auth_headers(model.provider, api_key)}
+    # identity only, read raw: a compressed body is never inflated here (a few KB of
+    # stacked gzip grow to gigabytes), as the kernel's broker does for replies.
+    headers = {"accept": "application/json", "accept-encoding": "identity",
+               **auth_headers(model.provider, api_key)}
     client = httpx.Client(trust_env=False, follow_redirects=False, timeout=timeout,
                           transport=transport or httpx.HTTPTransport(retries=0))
     try:
         with client, client.stream("GET", url, headers=headers) as response:
             body = bytearray()
-            for chunk in response.iter_bytes():
+            for chunk in response.iter_raw():
                 body += chunk
                 if len(body) > BODY_LIMIT:
                     break

@@ -7,7 +7,10 @@ refuses; a server without a model list passes.
 
 from __future__ import annotations
 
+import gzip
 import socket
+import subprocess
+import sys
 import threading
 from decimal import Decimal
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 
 from reconciler.engine.probe import Prober, ProbeResult, probe
 from reconciler.kernel.base.config import ModelConfig, Price
+from tests.conftest import REPO_ROOT
 from tests.fakes.provider_server import (
     MODEL_LISTS,
     FakeProvider,
@@ -218,3 +222,35 @@ def test_a_probe_bug_refuses_instead_of_raising() -> None:
     found = Prober(broken).check(model("openai", "http://127.0.0.1:1/v1"), KEY)
     assert not found.ok and "--no-probe" in found.remedy
 
+
+
+def _peak_rss_of_a_probe(url: str) -> tuple[int, str]:
+    """Probe ``url`` in a fresh interpreter; its peak RSS in KiB and the probe's message."""
+    code = (
+        "import resource, sys\n"
+        "from tests.probe.test_probe import model\n"
+        "from reconciler.engine.probe import probe\n"
+        "found = probe(model('openai-compatible', sys.argv[1]), None)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print(found.code, found.message[:300])\n")
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    peak, message = done.stdout.split("\n", 1)
+    return int(peak), message
+
+
+def test_a_compressed_bomb_is_never_inflated() -> None:
+    """A few KB of stacked gzip would inflate to 256 MiB if decoded; the probe asks for
+    identity and reads the body raw, so its peak memory stays where a plain reply's is."""
+    inner = gzip.compress(b"\0" * (256 << 20), compresslevel=9)
+    bomb = gzip.compress(inner, compresslevel=9)
+    assert len(bomb) < 64 << 10
+    stacked = Reply(401, body=bomb, headers={"content-encoding": "gzip, gzip"})
+    with FakeProvider(script(Reply(401, body=b"no"))) as plain:
+        baseline, _ = _peak_rss_of_a_probe(plain.url + "/v1")
+    with FakeProvider(script(stacked)) as fake:
+        peak, message = _peak_rss_of_a_probe(fake.url + "/v1")
+        assert fake.requests[0].headers["accept-encoding"] == "identity"
+    assert message.startswith("key-refused"), message
+    assert peak - baseline < 64 << 10, f"the probe grew by {(peak - baseline) >> 10} MiB"
