@@ -118,3 +118,28 @@ def test_terminal_controls_in_spec_paths_reach_no_terminal(
     bad.write_text(f"apiVersion: ouro/v1\nkind: {json.dumps(CONTROLS)}\n", encoding="utf-8")
     code, out, err = ouro(monkeypatch, capsys, "plan", bad)
     assert code == 1 and not _RAW_CONTROL.search(out + err), err
+
+
+def test_what_an_organism_and_a_model_wrote_reaches_no_terminal_in_log_show_diff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An organism that writes control sequences into its files and stderr, a model whose
+    # reply holds them: log, show and diff print all of it, escaped.
+    state = tmp_path / "state"
+    loud = LineageBuilder(state, "loud", identity=instrument.current())
+    loud.gen("changed")
+    loud._commit({f"notes{CONTROLS}.txt": f"hello {CONTROLS}\n".encode()},
+                 "external edit")
+    loud.gen("died", stderr_tail=[f"boom {CONTROLS}"],
+             calls=[{"http_status": 200, "response": f"reply {CONTROLS}",
+                     "prompt": f"prompt {CONTROLS}"}])
+    monkeypatch.setenv("OURO_STATE_DIR", str(state))
+    outputs = {}
+    for args in (("log", "loud"), ("show", "loud", "2"), ("show", "loud", "2", "--full"),
+                 ("diff", "loud", "1", "2")):
+        code, out, err = ouro(monkeypatch, capsys, *args)
+        assert code == 0, err
+        outputs[" ".join(args)] = out + err
+    for command, text in outputs.items():
+        assert not _RAW_CONTROL.search(text), (command, text)
+    assert "\\x1b[2J" in outputs["show loud 2"] and "\\u202e" in outputs["diff loud 1 2"]
