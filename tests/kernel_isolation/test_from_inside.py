@@ -24,6 +24,7 @@ import os
 import pty
 import random
 import shutil
+import socket
 import subprocess
 import termios
 import uuid
@@ -37,7 +38,7 @@ from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.base.errors import CeilingError
 from reconciler.kernel.sandbox import life as sandbox
 from reconciler.kernel.sandbox.ceilings import open_scope
-from reconciler.kernel.sandbox.life import SANDBOX_PATH, keyring
+from reconciler.kernel.sandbox.life import HOSTNAME, SANDBOX_PATH, keyring
 from tests.host import require
 
 CEILINGS = Ceilings(wall_seconds=30, cpu_seconds=30, memory_bytes=256 << 20, tasks=32,
@@ -239,7 +240,7 @@ def test_the_life_has_no_capabilities(inside: tuple[Life, str, SysV]) -> None:
 def test_the_hostname_is_the_sandboxs(inside: tuple[Life, str, SysV]) -> None:
     life, _, _ = inside
     assert life.value("utsns") != _host_ids()["uts"]  # its own: setting it changes no host's
-    assert life.value("hostname")
+    assert life.value("hostname") == HOSTNAME != socket.gethostname()  # not the host's name
 
 
 @pytest.mark.sandbox

@@ -22,7 +22,8 @@ Physics release 2 adds (``confinement``; docs/contract.md "Physics release 2"):
 a seccomp filter (``seccomp_filter``, built by ``seccomp_bpf``; ``--seccomp``), a
 fresh empty session keyring (``keyring``), the life's own user namespace around
 bwrap's with bounded per-namespace counts and its own devpts (the prelude), and
-resource limits set with prlimit while the life waits at its scope's gate.
+resource limits set with prlimit while the life waits at its scope's gate, and a
+hostname of its own (``HOSTNAME``) instead of a copy of the host's.
 
 Output is bounded: stdout (the result archive) up to ``archive_limit()`` --
 beyond it the archive is dropped whole (``archive_overflow``), never cut,
@@ -52,6 +53,9 @@ from .ceilings import Accounting, Scope, open_scope
 RUNNER = Path(__file__).with_name("runner.sh")
 KERNEL_MOUNT = "/kernel"
 WORK = "/work"
+# The life's own UTS namespace gets this name, not a copy of the host's: a host's name
+# is neither the organism's business nor the same on every host (physics release 2).
+HOSTNAME = "ouroboros"
 SANDBOX_PATH = "/usr/bin:/bin"
 # Top-level host directories that are symlinks into /usr on a merged-/usr host.
 USR_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -131,7 +135,7 @@ def bwrap_argv(
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += [
         "--unshare-user", "--disable-userns", "--unshare-net", "--unshare-pid",
-        "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+        "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME, "--unshare-cgroup",
         "--cap-drop", "ALL", "--die-with-parent", "--new-session",
         "--chdir", WORK,
     ]
