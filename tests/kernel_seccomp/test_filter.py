@@ -437,3 +437,11 @@ def test_a_filter_that_cannot_be_built_is_a_preflight_error_and_the_scope_is_clo
         run_sandbox(kernel_dir=tmp_path / "kernel", ceilings=CEILINGS, scope_name="x",
                     scope=scope)  # type: ignore[arg-type]
     assert scope.closed
+
+
+def test_a_missing_prelude_program_is_a_preflight_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(confinement, "UNSHARE", str(tmp_path / "no-unshare"))
+    (tmp_path / "kernel").mkdir()
+    with pytest.raises(PreflightError, match="no-unshare not found; install Debian's util"):
+        run_sandbox(kernel_dir=tmp_path / "kernel", ceilings=CEILINGS, scope_name="x")

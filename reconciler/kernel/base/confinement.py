@@ -84,10 +84,13 @@ UNBOUNDED = (
 UNSHARE = "/usr/bin/unshare"
 # Runs in the life's own user and mount namespace as its uid 0 (full capabilities there,
 # none outside), then execs bwrap ("$@"). Any failure stops here: bwrap never runs
-# without the bounds (set -e; the mount happens before the exec or not at all).
+# without the bounds (set -e; the mount happens before the exec or not at all). A count
+# the running kernel does not have (max_time_namespaces before Linux 5.6, the fanotify
+# counts before 5.13) is not a per-namespace count there, and is skipped.
 PRELUDE = "\n".join([
     "set -e",
-    *(f"echo {value} > /proc/sys/user/{name}" for name, value in USER_NAMESPACE_COUNTS),
+    *(f"[ ! -e /proc/sys/user/{name} ] || echo {value} > /proc/sys/user/{name}"
+      for name, value in USER_NAMESPACE_COUNTS),
     "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,max="
     f"{PTYS} ouro-devpts /dev/pts",
     'exec "$@"',

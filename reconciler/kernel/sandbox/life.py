@@ -219,7 +219,19 @@ def run_sandbox(
     return dataclasses.replace(result, seccomp_bpf_sha256=seccomp_bpf.bpf_sha256())
 
 
+def _check_prelude() -> None:
+    """The prelude's programs exist (util-linux's unshare, mount): a missing one is a
+    refusal before the life, never a death of the organism."""
+    missing = [name for name in (confinement.UNSHARE, "mount")
+               if shutil.which(name, path=SANDBOX_PATH) is None]
+    if missing:
+        raise PreflightError(
+            f"kernel: cannot confine the life: {', '.join(missing)} not found; install "
+            "Debian's util-linux and mount")
+
+
 def _filter_fd() -> int:
+    _check_prelude()
     try:
         return seccomp_bpf.filter_fd()
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
