@@ -1,14 +1,17 @@
 """Run a pinned kernel (a store entry) as a subprocess, through its entry point.
 
-``python -E -m <package>`` in the entry's folder, with this interpreter and its
-packages; one JSON request on stdin, one JSON outcome on stdout
-(docs/kernel-entry.md). The child gets a session of its own (a Ctrl-C at the
-terminal reaches only ouro) and cancellation is forwarded as SIGTERM. Its
-outcome is mapped back to the running kernel's result and error types, so that
-apply treats a pinned kernel exactly as its own (a ``TransientError`` is
-retried, a ``DriftError`` names its reason, ...).
+``python -m <package>`` as ``kernel.base.launch`` runs it: isolated (``python -I``),
+the package loaded from the entry by path (nothing else of the entry's folder is on
+``sys.path``), in the store's folder, with this interpreter and its packages; one
+JSON request on stdin, one JSON outcome on stdout (docs/kernel-entry.md). The child
+gets a session of its own (a Ctrl-C at the terminal reaches only ouro) and
+cancellation is forwarded as SIGTERM. Its outcome is mapped back to the running
+kernel's result and error types, so that apply treats a pinned kernel exactly as
+its own (a ``TransientError`` is retried, a ``DriftError`` names its reason, ...).
 
-The entry is verified against its fingerprint right before it is started.
+The entry is verified against its fingerprint right before it is started, and must
+hold exactly its files (``state.kernels``): a file planted beside the package is
+``kernel-damaged``, never imported.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ from reconciler.kernel.base.config import (
     ModelConfig,
     Provenance,
 )
+from reconciler.kernel.base.launch import module_command
 from reconciler.state.kernels import KernelStore, StoredKernel
 
 if TYPE_CHECKING:  # imported when a generation runs: planning never loads the kernel's parts
@@ -144,8 +147,11 @@ class PinnedKernel:
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the child)
         try:
             process = subprocess.Popen(
-                # -B: the entry's verified byte code is read, never added to
-                [sys.executable, "-E", "-B", "-m", entry.package], cwd=entry.path,
+                # isolated (-I), the package loaded from the entry by path and nothing else of
+                # it, in the store's folder (outside the entry); -B: the entry's verified byte
+                # code is read, never added to
+                module_command(entry.path, entry.package, no_bytecode=True),
+                cwd=entry.path.parent,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                 close_fds=True, start_new_session=True,
             )

@@ -55,8 +55,8 @@ def test_the_key_is_nowhere_but_in_the_request_to_the_provider(
             limits = Path(f"/proc/{broker.pid}/limits").read_text()
             assert [line.split()[4:6] for line in limits.splitlines()
                     if line.startswith("Max core file size")] == [["0", "0"]]
-            assert b"-m\0reconciler.kernel.broker.process" in \
-                Path(f"/proc/{broker.pid}/cmdline").read_bytes()
+            argv = Path(f"/proc/{broker.pid}/cmdline").read_bytes().split(b"\0")
+            assert argv[1] == b"-I" and argv[-2:] == [b"reconciler.kernel.broker.process", b""]
             first = post(broker.socket_path, "hello")
             second = post(broker.socket_path, "hello again")
         finally:

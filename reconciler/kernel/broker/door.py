@@ -57,6 +57,7 @@ from ..base.config import (
 )
 from ..base.errors import ProviderConfigError, RecoveryError, TransientError
 from ..base.formats import calls_spend
+from ..base.launch import module_command
 
 __all__ = [
     "AUDIT_FILE",
@@ -83,7 +84,8 @@ HTTP_PROVIDERS = ("anthropic", "openai", "openai-compatible")
 # The child's side, named from this package's own name: the kernel runs under any package
 # name (``reconciler.kernel`` here, ``ouro_kernel_<fingerprint>`` from the kernel store).
 PROCESS_MODULE = f"{__package__}.process"
-# The folder the package's top level is in: the child runs there, so ``-m`` finds this copy.
+# The folder the package's top level is in: the child loads this copy's package from there
+# (``base.launch``), nothing else of that folder, and runs in its private folder.
 PACKAGE_ROOT = Path(__file__).resolve().parents[(__package__ or "").count(".") + 1]
 
 MESSAGES = {400: "invalid request", 402: "generation spending budget exhausted",
@@ -260,11 +262,11 @@ class Broker:
         }
         try:
             process = subprocess.Popen(
-                # -B passed on: a stored (read-only, verified) kernel gets no byte code added
-                [sys.executable, "-E", *(["-B"] if sys.dont_write_bytecode else []), "-m",
-                 PROCESS_MODULE],
+                # isolated (-I), from this kernel's own tree only, in its private folder; -B
+                # passed on: a stored (read-only, verified) kernel gets no byte code added
+                module_command(PACKAGE_ROOT, PROCESS_MODULE, no_bytecode=sys.dont_write_bytecode),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=environment, cwd=PACKAGE_ROOT, close_fds=True, start_new_session=True,
+                env=environment, cwd=private_dir, close_fds=True, start_new_session=True,
             )
         except OSError as exc:
             raise TransientError(f"kernel: cannot start the model broker: {exc}") from exc
