@@ -7,7 +7,9 @@
     ├── PlanFileError           a saved plan is unreadable or stale
     ├── LockError               another apply holds a lineage
     ├── KernelStoreError        the kernel store cannot be read or written, or an entry is damaged
-    └── ApplyError              apply refused or failed as a whole
+    ├── ApplyError              apply refused or failed as a whole
+    ├── PathRefused             a place ouro writes is a link or no regular file, or is shared
+    └── HostFault               the host failed an output: a full disk, a quota, a closed pipe
 
 Kernel errors (``reconciler.kernel.base.errors``) stay the kernel's own; the
 reconciler catches them at its edge and reports them with their reason.
@@ -16,6 +18,7 @@ A permanent error (retrying is useless) is never a ``TransientError``.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -71,3 +74,31 @@ class KernelStoreError(OuroError):
 
 class ApplyError(OuroError):
     """apply refused or failed as a whole."""
+
+
+class PathRefused(OuroError):
+    """ouro writes only regular files it reaches without a link, in folders no one else
+    can write (``reconciler.ownfiles``)."""
+
+
+class HostFault(OuroError):
+    """A full disk, an exhausted quota or a closed pipe is the host's, never a bug in ouro:
+    it is named, with its remedy, and the command exits 1."""
+
+
+_HOST_REMEDIES = {
+    errno.ENOSPC: ("no space left on device", "free space there (or write elsewhere), then "
+                   "run it again"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or raise the quota, then run it again"),
+    errno.EPIPE: ("the reader of the output went away (closed pipe)", "keep the reader "
+                  "open until ouro ends (e.g. not `| head`), or write to a file"),
+}
+
+
+def host_fault(error: BaseException, doing: str = "writing its output") -> HostFault | None:
+    """The named host fault an ``OSError`` is (full disk, quota, closed pipe), or None."""
+    if not isinstance(error, OSError) or error.errno not in _HOST_REMEDIES:
+        return None
+    what, remedy = _HOST_REMEDIES[error.errno]
+    where = f" ({error.filename})" if error.filename else ""
+    return HostFault(f"ouro: host fault while {doing}{where}: {what}: {remedy}")

@@ -9,6 +9,8 @@ deleting it costs one full audit and loses nothing.
 A record is used (the audit resumes from it, ``audit.Resume``) only when all of
 these hold, else the audit reads everything again:
 
+- it carries the MAC of the state dir's secret (``reconciler.state.cachefile``): a
+  record anyone who can write ``.audits`` could have made vouches for nothing;
 - its schema, key (the lineage's places and branches) and both digests check
   (a damaged or truncated record is ignored);
 - it was written by this very audit (``audit_version``: the digest of the code
@@ -47,7 +49,7 @@ from reconciler.kernel.transaction import publish
 from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
-from reconciler.state.cachefile import write_cache
+from reconciler.state.cachefile import MAC_FIELD, CacheSeal, cache_seal, canonical, write_cache
 from reconciler.state.summaries import cache_key
 
 __all__ = ["RECORD_DIR", "SCHEMA", "Snapshot", "audit_recorded", "audit_version", "load",
@@ -190,15 +192,14 @@ class Record:
 
 
 def _digest(header: Mapping[str, Any]) -> str:
-    canonical = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    return hashlib.sha256(canonical(header)).hexdigest()
 
 
 def _body(objects: Objects) -> bytes:
     return b"".join(oid + _STAT.pack(*identity) for oid, identity in sorted(objects.loose.items()))
 
 
-def _encode(paths: LineagePaths, resume: Resume, taken: Snapshot) -> bytes:
+def _encode(paths: LineagePaths, resume: Resume, taken: Snapshot, seal: CacheSeal) -> bytes:
     bodies = [_body(taken.lineage), _body(taken.observations)]
     header: dict[str, Any] = {
         "schema": SCHEMA,
@@ -214,7 +215,7 @@ def _encode(paths: LineagePaths, resume: Resume, taken: Snapshot) -> bytes:
         "body_sha256": hashlib.sha256(b"".join(bodies)).hexdigest(),
     }
     header["sha256"] = _digest(header)
-    line = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    line = json.dumps(seal.sealed(header), separators=(",", ":"), ensure_ascii=True).encode("ascii")
     return line + b"\n" + b"".join(bodies)
 
 
@@ -232,11 +233,14 @@ def _decode_store(store: Any, body: memoryview) -> tuple[Objects, int]:
     return Objects(width, loose, packs), size
 
 
-def _decode(data: bytes, paths: LineagePaths) -> Record | None:
+def _decode(data: bytes, paths: LineagePaths, seal: CacheSeal) -> Record | None:
     line, newline, rest = data.partition(b"\n")
     header = json.loads(line.decode("ascii"))
     if not newline or not isinstance(header, dict) or header.get("schema") != SCHEMA:
         return None
+    if not seal.opens(header):
+        return None
+    del header[MAC_FIELD]
     claimed = header.pop("sha256", None)
     if claimed != _digest(header) or header.get("key") != cache_key(paths):
         return None
@@ -260,20 +264,26 @@ def _decode(data: bytes, paths: LineagePaths) -> Record | None:
 
 
 def load(record_dir: Path, paths: LineagePaths) -> Record | None:
-    """The lineage's record, or None (absent, unreadable, damaged, or another audit's)."""
+    """The lineage's record, or None (absent, unreadable, damaged, unsealed, or another
+    audit's)."""
+    seal = cache_seal(record_dir, create=False)
+    if seal is None:
+        return None
     try:
         with open(record_file(record_dir, paths), "rb") as handle:
             data = handle.read(MAX_RECORD_BYTES + 1)
         if len(data) > MAX_RECORD_BYTES:
             return None
-        return _decode(data, paths)
+        return _decode(data, paths, seal)
     except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError,
             struct.error):
         return None
 
 
 def _store(record_dir: Path, paths: LineagePaths, resume: Resume, taken: Snapshot) -> None:
-    write_cache(record_file(record_dir, paths), _encode(paths, resume, taken))
+    seal = cache_seal(record_dir, create=True)
+    if seal is not None:
+        write_cache(record_file(record_dir, paths), _encode(paths, resume, taken, seal))
 
 
 def _discard(record_dir: Path, paths: LineagePaths) -> None:

@@ -9,7 +9,9 @@ The cache is never trusted blindly:
 - it is keyed by the lineage's places and branches (``cache_key``) and by the
   heads it was derived from: the lineage branch head and the observation
   branch head (their commit ids);
-- it carries a sha256 digest of its own content, checked on every load;
+- it carries a sha256 digest of its own content and a MAC made with the state dir's
+  secret (``reconciler.state.cachefile``), both checked on every load: a record that
+  anyone who can write the folder could have made (no MAC, or a wrong one) is rebuilt;
 - it is only extended when the cached lineage head is on the current
   first-parent history (and the newest cached generation's commit is the
   generation commit found there) and the cached observation head is an
@@ -41,7 +43,13 @@ import pygit2
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.audit_objects import newest_damage
-from reconciler.state.cachefile import write_cache
+from reconciler.state.cachefile import (
+    MAC_FIELD,
+    CacheSeal,
+    cache_seal,
+    canonical,
+    write_cache,
+)
 from reconciler.state.ran_with import kernel_run
 
 __all__ = [
@@ -451,8 +459,7 @@ def cache_key(paths: LineagePaths) -> str:
 
 
 def _digest(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    return hashlib.sha256(canonical(body)).hexdigest()
 
 
 def _cache_file(cache_dir: Path, paths: LineagePaths) -> Path:
@@ -481,11 +488,12 @@ def totals_of(summary: LineageSummary) -> Totals:
 
 
 # The cache file is two JSON lines: a small header (totals, heads, the digest of the
-# rows line) whose own digest it carries, then the rows, positional in COLUMNS order.
+# rows line) whose own digest and MAC it carries, then the rows, positional in COLUMNS order.
 # Status reads only the header; log, export and view read both.
 
 
-def _header_of(summary: LineageSummary, key: str, rows_sha256: str) -> dict[str, Any]:
+def _header_of(summary: LineageSummary, key: str, rows_sha256: str,
+               seal: CacheSeal) -> dict[str, Any]:
     header: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA, "key": key, "columns": list(COLUMNS),
         "lineage_head": summary.lineage_head, "observation_head": summary.observation_head,
@@ -497,14 +505,15 @@ def _header_of(summary: LineageSummary, key: str, rows_sha256: str) -> dict[str,
         "rows_sha256": rows_sha256, "sized": summary.sized,
     }
     header["sha256"] = _digest(header)
-    return header
+    return seal.sealed(header)
 
 
-def _header(line: bytes, paths: LineagePaths) -> dict[str, Any] | None:
+def _header(line: bytes, paths: LineagePaths, seal: CacheSeal) -> dict[str, Any] | None:
     try:
         header = json.loads(line)
-        if not isinstance(header, dict):
+        if not isinstance(header, dict) or not seal.opens(header):
             return None
+        del header[MAC_FIELD]
         digest = header.pop("sha256", None)
         if (header.get("schema") != SUMMARY_SCHEMA or header.get("key") != cache_key(paths)
                 or header.get("columns") != list(COLUMNS) or digest != _digest(header)):
@@ -516,11 +525,12 @@ def _header(line: bytes, paths: LineagePaths) -> dict[str, Any] | None:
 
 def _load_totals(cache_dir: Path | None, paths: LineagePaths) -> Totals | None:
     """The cached totals if the header is intact (schema, key, columns, digest)."""
-    if cache_dir is None:
+    seal = None if cache_dir is None else cache_seal(cache_dir, create=False)
+    if cache_dir is None or seal is None:
         return None
     try:
         with open(_cache_file(cache_dir, paths), "rb") as handle:
-            header = _header(handle.readline(), paths)
+            header = _header(handle.readline(), paths, seal)
         if header is None:
             return None
         return Totals(
@@ -536,11 +546,12 @@ def _load_totals(cache_dir: Path | None, paths: LineagePaths) -> Totals | None:
 def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary | None:
     """The cached summary if it is intact: header as above, the rows line's digest, and
     rows numbered 1..N."""
-    if cache_dir is None:
+    seal = None if cache_dir is None else cache_seal(cache_dir, create=False)
+    if cache_dir is None or seal is None:
         return None
     try:
         with open(_cache_file(cache_dir, paths), "rb") as handle:
-            header = _header(handle.readline(), paths)
+            header = _header(handle.readline(), paths, seal)
             body = handle.read()
         if header is None or hashlib.sha256(body).hexdigest() != header["rows_sha256"]:
             return None
@@ -564,9 +575,12 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
     """Write atomically (temp file, rename); a cache that cannot be written is skipped."""
     if cache_dir is None or summary.problems:
         return
+    seal = cache_seal(cache_dir, create=True)
+    if seal is None:
+        return
     rows = json.dumps([_POSITIONAL(row) for row in summary.rows],
                       separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest())
+    header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest(), seal)
     write_cache(_cache_file(cache_dir, paths),
                 json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
                 + b"\n" + rows)

@@ -341,3 +341,34 @@ def test_a_tree_that_hashes_right_but_does_not_parse_is_unreadable(tmp_path: Pat
     assert unreadable_newest(repo, commit) == [tree.raw]
     odd = repo.odb.write(kinds.COMMIT, b"tree nothex\n\nm\n")
     assert unreadable_reachable(repo, odd) == [odd.raw]
+
+
+def test_a_forged_record_over_a_corrupt_object_is_not_believed(tmp_path: Path) -> None:
+    """What the attacker did (issue 23): damaged an object, then wrote a record vouching
+    for the damaged store, every digest recomputed; only the MAC, made with the state
+    dir's secret it cannot read, is wrong. ``ouro verify`` (resuming, not --full) and the
+    audit apply runs find the damage."""
+    from reconciler.state.cachefile import CacheSeal
+
+    lineage = recorded(tmp_path)
+    head = commit_of(lineage.observations, target(
+        lineage.observations.references[f"refs/heads/{lineage.paths.observation_branch}"]))
+    path = _object_path(lineage, (head.tree / "generations" / "0002.json").id,
+                        observations=True)
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob 2\0{}"))
+    taken = audit_record.snapshot(lineage.paths)
+    record = load(_records(tmp_path), lineage.paths)
+    assert taken is not None and record is not None
+    forged = audit_record._encode(lineage.paths, record.resume, taken, CacheSeal(b"g" * 32))
+    record_file(_records(tmp_path), lineage.paths).write_bytes(forged)
+    assert load(_records(tmp_path), lineage.paths) is None
+
+    spec = tmp_path / "t.yaml"
+    spec.write_text("apiVersion: ouro/v1\nkind: Lineage\nmetadata:\n  name: t\nspec:\n"
+                    "  generations: 4\n  model:\n    provider: openai\n    name: gpt-5.6\n"
+                    f"  storage:\n    path: {lineage.paths.worktree}\n")
+    done = run_ouro("verify", str(spec), env={**os.environ,
+                                              "OURO_STATE_DIR": str(tmp_path / "state")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "object-unreadable" in done.stdout, done.stdout
