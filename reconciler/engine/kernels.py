@@ -48,6 +48,7 @@ from reconciler.kernel.base.config import (
     ModelConfig,
     Provenance,
 )
+from reconciler.ownfiles import check_private, private_folder
 from reconciler.plan import Plan, make_plan
 from reconciler.plan.kernels import KernelChoice, choose
 from reconciler.plan.planner import Preflight
@@ -221,7 +222,7 @@ def record_commit(store: KernelStore, commit: str, fingerprint: str) -> None:
         return
     folder = store.root / state_kernels.COMMITS_DIR
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder, "the kernel store")
         temp = Path(tempfile.mkstemp(prefix=state_kernels.TEMP_PREFIX, dir=folder)[1])
         try:
             temp.write_text(fingerprint + "\n", encoding="ascii")
@@ -240,7 +241,7 @@ def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKe
     existing = store.get(fingerprint)  # KernelStoreError if damaged: never papered over
     if existing is None:
         try:
-            store.root.mkdir(parents=True, exist_ok=True)
+            private_folder(store.root, "the kernel store")
             temp = _build(store, files, commit, fingerprint)
         except OSError as exc:
             raise _unwritable(store, exc) from exc
@@ -304,7 +305,7 @@ def fetch(store: KernelStore, commit: str, source: str) -> StoredKernel:
             raise KernelStoreError(f"ouro: {path} is not a git repository")
         return _from_repository(store, pygit2.Repository(found), commit, str(path))
     try:
-        store.root.mkdir(parents=True, exist_ok=True)
+        private_folder(store.root, "the kernel store")
         scratch = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX + "fetch-",
                                         dir=store.root))
     except OSError as exc:
@@ -492,7 +493,9 @@ def default_store(state_dir: Path | None = None) -> KernelStore:
     """The kernel store: ``OURO_KERNEL_STORE``, else ``<state dir>/.kernels``."""
     from reconciler.spec.load import state_dir as resolve_state_dir
 
-    return KernelStore(state_kernels.store_root(resolve_state_dir(state_dir)))
+    root = state_kernels.store_root(resolve_state_dir(state_dir))
+    check_private(root, "the kernel store")  # others could swap what the store runs
+    return KernelStore(root)
 
 
 def plan_fleet(items: Sequence[tuple[LoadedSpec, Observed]], identity: Identity,

@@ -17,6 +17,12 @@ in at once: a waiter that had opened the old file gets the lock on an inode no
 longer at the path, so every acquirer, once locked, checks that the path is
 still the file it locked, and starts again on the new one if not. Only the
 holder unlinks, and only while it holds the lock.
+
+Neither file is ever reached through a link: the lock is opened with ``O_NOFOLLOW``
+and must be a regular file, the holder record is written atomically beside it
+(``reconciler.ownfiles``); a link, a FIFO, a device or a folder at either path is a
+refusal naming it (a link planted there would otherwise have apply, as root, create or
+overwrite whatever it names).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-from reconciler.errors import LockError
+from reconciler.errors import LockError, PathRefused, host_fault
+from reconciler.ownfiles import open_regular, write_atomic
 from reconciler.state.holders import Holder, holder_path, lock_path, read_holder
 
 __all__ = ["Holder", "LineageLock", "holder_path", "lock_path", "read_holder"]
@@ -44,7 +51,7 @@ _POLL_FIRST, _POLL_MAX = 0.01, 0.25  # seconds between attempts on a held lock
 def _same_file(fd: int, path: Path) -> bool:
     """Is ``path`` (still) the file open as ``fd``?"""
     try:
-        here, there = os.fstat(fd), os.stat(path)
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
@@ -76,7 +83,8 @@ class LineageLock:
         """The locked fd of the file now at the path, or None if another holds it."""
         while True:
             self._made_file = not os.path.lexists(self.path)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o644,
+                              what=f"the lock of lineage {self.name}")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -129,11 +137,16 @@ class LineageLock:
             ),
         }
         try:
-            temporary = holder_path(self.git_dir).with_suffix(".tmp")
-            temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
-            os.replace(temporary, holder_path(self.git_dir))
+            write_atomic(holder_path(self.git_dir), (json.dumps(record) + "\n").encode(),
+                         what=f"the lock holder record of lineage {self.name}", mode=0o644)
+        except PathRefused:
+            self.release()
+            raise
         except OSError as error:
             self.release()
+            fault = host_fault(error, f"writing the lock holder record of lineage {self.name}")
+            if fault is not None:
+                raise fault from error
             raise LockError(
                 f"ouro: lineage {self.name}: cannot write {holder_path(self.git_dir)} "
                 f"({error.strerror}): check the storage path and its permissions"

@@ -38,6 +38,7 @@ from reconciler.engine.executors import check_options, make_executor
 from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.kernel.base.config import Identity
+from reconciler.ownfiles import private_folder
 from reconciler.plan import LineagePlan, Plan
 from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
 from reconciler.spec.load import LoadedSpec, load_specs
@@ -155,6 +156,13 @@ def _selected(specs: list[LoadedSpec], select: Sequence[str]) -> list[LoadedSpec
 
 def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
     """Load, observe once, plan; a saved plan must still be fresh. Runs nothing."""
+    state = resolve_state_dir(request.state_dir)
+    try:
+        private_folder(state, "the state dir")  # 0700 if new; refused if others can write it
+    except OSError as error:
+        raise ApplyError(f"ouro apply: cannot create the state dir {state} "
+                         f"({error.strerror}): check its parent's permissions, or name "
+                         "another with --state-dir") from error
     paths = list(request.paths)
     saved = None
     if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":

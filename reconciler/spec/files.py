@@ -23,13 +23,15 @@ class FileRefused(Exception):
     """A file is read only when it can be read whole within its size limit."""
 
 
-def read_limited(path: Path, limit: int, what: str) -> bytes:
+def read_limited(path: Path, limit: int, what: str, *, follow: bool = True) -> bytes:
     """The bytes of ``path``, at most ``limit`` of them; ``FileRefused`` otherwise.
 
     ``what`` names the kind of file in the message ("a spec file", "a plan file").
+    ``follow=False``: a link at ``path`` is refused (a record ouro wrote itself).
     """
+    nofollow = 0 if follow else os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | nofollow)
     except OSError as error:
         raise FileRefused(f"cannot read: {error.strerror or error}") from error
     try:

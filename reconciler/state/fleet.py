@@ -17,6 +17,7 @@ from pathlib import Path
 
 from reconciler.errors import StateError
 from reconciler.kernel.base.config import LineagePaths
+from reconciler.ownfiles import check_private
 from reconciler.spec.load import default_places, load_specs, state_dir
 from reconciler.spec.models import ModelSpec
 from reconciler.state.branches import resolve, spec_paths
@@ -32,18 +33,26 @@ class Lineage:
     model: ModelSpec | None = None  # its spec's model section (None: no spec)
 
 
+def _checked(folder: Path) -> Path:
+    """A cache folder of the state dir, both refused if others can write them (their
+    caches are sealed with a key that such a party could have replaced)."""
+    check_private(folder.parent, "the state dir")
+    check_private(folder, "the cache folder")
+    return folder
+
+
 def summary_cache_dir(explicit: Path | None = None) -> Path:
     """Where derived summaries are cached: ``<state dir>/.summaries``."""
     from reconciler.state.summaries import CACHE_DIR
 
-    return state_dir(explicit) / CACHE_DIR
+    return _checked(state_dir(explicit) / CACHE_DIR)
 
 
 def audit_record_dir(explicit: Path | None = None) -> Path:
     """Where the audits' clean verdicts are recorded: ``<state dir>/.audits``."""
     from reconciler.state.audit_record import RECORD_DIR
 
-    return state_dir(explicit) / RECORD_DIR
+    return _checked(state_dir(explicit) / RECORD_DIR)
 
 
 def _in_state_dir(folder: Path) -> list[Lineage]:

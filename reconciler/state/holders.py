@@ -3,7 +3,9 @@
 An apply holds ``<git dir>.ouro-lock`` with an exclusive ``flock`` and writes who
 it is into ``<git dir>.ouro-lock.json`` (``reconciler.engine.locks`` takes and
 releases it). Here the lock is only probed: a shared, non-blocking ``flock`` that
-fails means another process holds it, and its record names it. Nothing is created.
+fails means another process holds it, and its record names it. Nothing is created,
+and no link is followed: a lock or record that is a link reads as no holder (apply,
+which opens them, refuses it).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def holder_path(git_dir: Path) -> Path:
 
 def read_holder(git_dir: Path) -> Holder:
     try:
-        data = json.loads(read_limited(holder_path(git_dir), _MAX_HOLDER_BYTES, "a lock record"))
+        data = json.loads(read_limited(holder_path(git_dir), _MAX_HOLDER_BYTES, "a lock record",
+                                       follow=False))
     except (FileRefused, ValueError):
         return Holder(None, None, None, None)
     if not isinstance(data, dict):
@@ -73,9 +76,10 @@ def read_holder(git_dir: Path) -> Holder:
 def held_by(git_dir: Path) -> Holder | None:
     """The other process holding this lineage's apply lock, or None (free, or this one's)."""
     try:
-        fd = os.open(lock_path(git_dir), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(lock_path(git_dir),
+                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return None  # no lock file: no apply ever held it
+        return None  # no lock file (no apply ever held it), or a link (apply refuses it)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
