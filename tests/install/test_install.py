@@ -222,7 +222,8 @@ def test_no_hint_names_another_projects_distribution() -> None:
     assert PYPROJECT["project"]["scripts"] == {"ouro": "reconciler.cli:main"}
     assert f"{DISTRIBUTION}[view]" in PYPROJECT["project"]["optional-dependencies"]["test"]
     places = [ROOT / "README.md", ROOT / "setup.py", *sorted((ROOT / "docs").rglob("*.md")),
-              *sorted((ROOT / "examples").iterdir()), *sorted((ROOT / "specs").glob("*.yaml")),
+              *sorted(p for p in (ROOT / "examples").rglob("*") if p.is_file()),
+              *sorted((ROOT / "specs").glob("*.yaml")),
               *sorted((ROOT / "reconciler").rglob("*.py")),
               *sorted((ROOT / "reconciler").rglob("*.html")), ROOT / ".ci" / "run"]
     wrong = []
