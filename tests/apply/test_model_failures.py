@@ -115,6 +115,7 @@ FINAL = [
 
 
 @pytest.mark.parametrize(("provider", "reply", "code", "http", "flags"), FINAL)
+@pytest.mark.slow  # 10 s or more on a loaded 2-core host
 def test_a_final_failure_stops_the_lineage_after_one_generation(
         specs: Path, env: dict[str, str], tmp_path: Path, provider: str, reply: Reply,
         code: str, http: int, flags: list[str]) -> None:
@@ -163,6 +164,7 @@ def test_a_final_failure_stops_the_lineage_after_one_generation(
     assert len(posts) == 1
 
 
+@pytest.mark.slow  # 10 s or more on a loaded 2-core host
 def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
     down = Reply(503, body=b"upstream unavailable", headers={"retry-after-ms": "0"})

@@ -97,6 +97,7 @@ def test_every_json_document_has_format_version_and_kind(tmp_path: Path,
                      "verify": "ouro-verify"}
 
 
+@pytest.mark.slow  # 10 s or more on a loaded 2-core host
 def test_plan_and_status_name_the_apply_running_a_lineage(tmp_path: Path,
                                                           env: dict[str, str]) -> None:
     import socket

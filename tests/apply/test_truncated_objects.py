@@ -28,6 +28,7 @@ def _truncate(store: Path, oid: pygit2.Oid) -> str:
 
 
 @pytest.mark.parametrize("where", ["journal", "observation", "head-commit"])
+@pytest.mark.slow  # 10 s or more on a loaded 2-core host
 def test_a_truncated_newest_object_is_a_refusal_everywhere(tmp_path: Path, where: str) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
