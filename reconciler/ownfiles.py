@@ -161,9 +161,11 @@ def write_atomic(target: Path, data: bytes, *, what: str, mode: int = 0o600,
                     os.fsync(out.fileno())
             _refuse_unless_regular(parent, target.name, target, what)
             os.rename(temp, target.name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
+        except BaseException as error:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=parent)
+            if isinstance(error, OSError) and error.filename is None:  # name the target
+                raise OSError(error.errno, error.strerror, str(target)) from error
             raise
     finally:
         os.close(parent)

@@ -127,10 +127,15 @@ def export_command(
     if out is None:
         sys.stdout.write(text)
         return
+    from reconciler.errors import host_fault
+    from reconciler.ownfiles import write_atomic
+
     try:
-        out.write_text(text, encoding="utf-8")
+        write_atomic(out, text.encode("utf-8"), what="the export file", follow=True,
+                     mode=0o666)
     except OSError as error:
-        raise OuroError(f"ouro export: cannot write {out}: {error.strerror}") from error
+        raise host_fault(error, f"writing {out}") or OuroError(
+            f"ouro export: cannot write {out}: {error.strerror}") from error
 
 
 def register(app: typer.Typer) -> None:

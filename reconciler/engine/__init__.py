@@ -5,6 +5,6 @@ locks, starts generations through the kernel, writes the event log and runs the
 audit child. It decides nothing a plan did not decide, and renders nothing
 (``reconciler.report`` does).
 
-May import: ``plan``, ``spec``, ``state``, ``kernel``, ``errors``. Never
+May import: ``plan``, ``spec``, ``state``, ``kernel``, ``errors``, ``ownfiles``. Never
 ``report`` or ``cli``.
 """

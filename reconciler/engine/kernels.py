@@ -223,9 +223,11 @@ def record_commit(store: KernelStore, commit: str, fingerprint: str) -> None:
     folder = store.root / state_kernels.COMMITS_DIR
     try:
         private_folder(folder, "the kernel store")
-        temp = Path(tempfile.mkstemp(prefix=state_kernels.TEMP_PREFIX, dir=folder)[1])
+        handle, name = tempfile.mkstemp(prefix=state_kernels.TEMP_PREFIX, dir=folder)
+        temp = Path(name)
         try:
-            temp.write_text(fingerprint + "\n", encoding="ascii")
+            with os.fdopen(handle, "w", encoding="ascii") as out:  # the file made O_EXCL
+                out.write(fingerprint + "\n")
             os.chmod(temp, 0o444)
             with contextlib.suppress(FileExistsError):
                 os.link(temp, folder / commit)

@@ -5,8 +5,8 @@ state (through Protocols, never importing ``state``) and this instrument's
 identity; the output is what apply would do and, when it refuses, why and what
 a human must do. ``saved`` reads and writes plan files (the one I/O edge here).
 
-May import: ``spec``, ``kernel`` (its values), ``errors``. Never ``state``,
-``engine``, ``report`` or ``cli``.
+May import: ``spec``, ``kernel`` (its values), ``errors``, ``ownfiles`` (``saved``'s
+write). Never ``state``, ``engine``, ``report`` or ``cli``.
 """
 
 from reconciler.plan.planner import (

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
-from reconciler.errors import PlanFileError
+from reconciler.errors import PlanFileError, host_fault
 from reconciler.kernel.base.config import Identity
+from reconciler.ownfiles import write_atomic
 from reconciler.plan import ACTIONS, Plan
 from reconciler.spec.files import FileRefused, read_limited
 
@@ -122,22 +122,18 @@ def plan_file_document(plan: Plan, specs: Sequence[object] = (),
 
 
 def save_plan(plan: Plan, path: Path, specs: Sequence[object] = ()) -> None:
-    """Write the plan atomically; a failure leaves no partial file."""
+    """Write the plan atomically (``ownfiles.write_atomic``): a failure leaves no partial
+    file, and a target that is not a regular file (``/dev/full``, a FIFO) is refused."""
     text = json.dumps(plan_file_document(plan, specs), indent=2, ensure_ascii=False) + "\n"
-    target = path.resolve()
+    target = Path(os.path.realpath(path))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_atomic(target, text.encode("utf-8"), what="the plan file", follow=True,
+                     sync=True)
     except OSError as error:
+        fault = host_fault(error, f"saving the plan to {path}")
+        if fault is not None:
+            raise fault from error
         raise PlanFileError(f"ouro: cannot write the plan to {path}: {error}") from error
 
 
