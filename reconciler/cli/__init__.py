@@ -6,7 +6,10 @@ standalone mode) owns usage errors: an unknown option, a missing argument or a
 bad value prints its usage message and exits 2. Every other error that reaches
 ``main`` is printed as one clear message and never a traceback: an ``OuroError``
 as itself (exit 1), anything else as one line naming the exception and how to
-see the traceback (``OURO_DEBUG=1``), exit 1.
+see the traceback (``OURO_DEBUG=1``), exit 1. A full disk, an exhausted quota or a
+closed pipe on an output is the host's fault, never a bug: every command flushes its
+output before it returns, so that the fault is met while the command can name it
+(``errors.HostFault``: what, and the remedy; exit 1), never at the interpreter's exit.
 
 Start-up is kept light (``ouro --version``, ``ouro validate`` and shell
 completion run on every keystroke of a CI job or a shell): command modules
@@ -15,9 +18,11 @@ import their heavy dependencies inside the command.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -33,7 +38,7 @@ from reconciler.cli import (
     verify,
     view,
 )
-from reconciler.errors import OuroError
+from reconciler.errors import HostFault, OuroError, host_fault
 
 app = typer.Typer(
     name="ouro",
@@ -82,22 +87,61 @@ def _root(
     """Declarative lineages of self-modifying programs: plan and apply them."""
 
 
+def _flushed(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The command, its output flushed before it returns; a host fault named."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            try:
+                return command(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except OSError as error:
+            fault = host_fault(error)
+            if fault is None:
+                raise
+            raise fault from error
+
+    return run
+
+
+def _register(target: typer.Typer) -> None:
+    for info in target.registered_commands:
+        if info.callback is not None:
+            info.callback = _flushed(info.callback)
+    for group in target.registered_groups:
+        if group.typer_instance is not None:
+            _register(group.typer_instance)
+
+
 for _module in (validate, schema, plan, status, apply, verify, doctor, history, view, kernel):
     _module.register(app)
+_register(app)
+
+
+def _fail(message: str, *, output_broken: bool = False) -> None:
+    from reconciler.report.escape import terminal
+
+    print(terminal(message), file=sys.stderr)
+    if output_broken:  # what is still buffered for it must not fail again at exit
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), sys.stdout.fileno())
+    sys.exit(1)
 
 
 def main() -> None:
     try:
         app()  # standalone: typer prints usage errors and exits with their code
     except OuroError as error:
-        from reconciler.report.escape import terminal
-
-        print(terminal(str(error)), file=sys.stderr)
-        sys.exit(1)
+        _fail(str(error), output_broken=isinstance(error, HostFault))
     except KeyboardInterrupt:
         print("ouro: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as error:  # the last line of defence: never a traceback
+        fault = host_fault(error)
+        if fault is not None:
+            _fail(str(fault), output_broken=True)
         if os.environ.get("OURO_DEBUG"):
             raise
         print(

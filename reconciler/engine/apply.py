@@ -33,7 +33,7 @@ from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober
-from reconciler.errors import ApplyError, OuroError
+from reconciler.errors import ApplyError, OuroError, host_fault
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity
 from reconciler.kernel.base.failures import failed_every_call
@@ -172,6 +172,17 @@ def _retrying() -> Retrying:
     )
 
 
+def unexpected(error: BaseException, name: str) -> str:
+    """What a lineage stopped by an exception no layer named reports: a host fault (a full
+    disk, a quota) named with its remedy, the same in every executor and at any
+    ``--parallel``; anything else is a bug in ouro."""
+    fault = host_fault(error, f"lineage {name} wrote to the host")
+    if fault is not None:
+        return str(fault)
+    return (f"ouro: internal error ({type(error).__name__}: "
+            f"{' '.join(str(error).split())}); this is a bug in ouro")
+
+
 @dataclass
 class Engine:
     """Runs lineages; one instance per apply."""
@@ -219,9 +230,7 @@ class Engine:
                         continue
                     except Exception as error:  # a bug in one lineage must not hide the others
                         result = LineageResult(spec.name, planned.action)
-                        result.errors.append(
-                            f"ouro: internal error ({type(error).__name__}): {error}"
-                        )
+                        result.errors.append(unexpected(error, spec.name))
                         results.append(result)
                         break
         return results
@@ -295,9 +304,8 @@ class Engine:
             self.events.emit(
                 "error", lineage=spec.name, error=str(error), kind=type(error).__name__
             )
-        except Exception as error:  # a bug: this lineage stops, keeping what it ran
-            message = (f"ouro: internal error ({type(error).__name__}: "
-                       f"{' '.join(str(error).split())}); this is a bug in ouro")
+        except Exception as error:  # a bug (or a host fault): this lineage stops, keeping
+            message = unexpected(error, spec.name)  # what it ran
             result.errors.append(message)
             self.events.emit("error", lineage=spec.name, error=message,
                              kind=type(error).__name__)
