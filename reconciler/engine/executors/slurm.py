@@ -12,18 +12,31 @@ progress from the event log the jobs append to (``follow``), their results (the
 submitit result pickle: the JSON result document). Ctrl-C once detaches after a short
 grace (the jobs go on); twice cancels them (``scancel``): a generation cut short is
 recovered by the next apply like any other.
+
+Job folders are private: ``<state dir>/slurm-jobs`` is made 0700 (refused if others can
+write it), each job is submitted under umask 077 (its folder, pickles and logs, and the
+job's own files, since Slurm passes the umask on) and its folder is made 0700. A result
+is unpickled only from the folder ouro made at submission (the same device and inode),
+owned by this user and writable by no one else, and only from a regular file of this
+user opened without following a link (``read_result``): a pickle another account
+dropped anywhere else is never loaded (unpickling runs code, here with the API key in
+the environment).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -39,7 +52,8 @@ from reconciler.engine.executors.request import (
     shortest_job,
 )
 from reconciler.engine.lockfs import Scope, is_this_host, require_lock_scope
-from reconciler.errors import ApplyError
+from reconciler.errors import ApplyError, PathRefused
+from reconciler.ownfiles import check_private, open_regular, private_folder
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.models import SlurmSpec, sbatch_option
@@ -95,6 +109,57 @@ class _Tracked:
     ended_at: float | None = None
     done: bool = False
     job_ids: list[str] = field(default_factory=list)
+    folder: tuple[int, int] | None = None  # the job folder ouro made (device, inode)
+
+
+def jobs_folder(state_dir: Path) -> Path:
+    """``<state dir>/slurm-jobs``, made 0700; refused if others can write it."""
+    return private_folder(state_dir / JOBS_DIR, "the Slurm job folder")
+
+
+@contextmanager
+def _private_umask() -> Iterator[None]:
+    """submitit makes the job's folder and files; Slurm gives the job this umask too."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def made_folder(job: Any) -> tuple[int, int]:
+    """Make the just-submitted job's folder 0700; its identity (device, inode), which
+    ``read_result`` requires of the folder it reads from."""
+    folder = Path(job.paths.folder)
+    os.chmod(folder, 0o700, follow_symlinks=False)
+    info = os.lstat(folder)
+    return info.st_dev, info.st_ino
+
+
+def _refuse(folder: Path, why: str) -> PathRefused:
+    return PathRefused(f"ouro: the Slurm job folder {folder} {why}: its result was not read "
+                       "(unpickling runs code); remove the folder, and keep "
+                       f"{folder.parent} private (chmod 700)")
+
+
+def read_result(job: Any, made: tuple[int, int] | None) -> tuple[str, Any]:
+    """submitit's ``(outcome, value)`` of a job, unpickled only from the folder ouro made
+    (``made``), owned by this user and writable by no one else, out of a regular file of
+    this user opened without following a link; ``PathRefused`` otherwise."""
+    folder, result = Path(job.paths.folder), Path(job.paths.result_pickle)
+    check_private(folder.parent, "the Slurm job folder")
+    info = os.lstat(folder)
+    if made is None or (info.st_dev, info.st_ino) != made or not stat.S_ISDIR(info.st_mode):
+        raise _refuse(folder, "is not the folder ouro made when it submitted the job")
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _refuse(folder, f"is owned by uid {info.st_uid} with mode "
+                              f"{stat.S_IMODE(info.st_mode):04o} (others could write it)")
+    fd = open_regular(result, os.O_RDONLY, what="the job's result file")
+    with os.fdopen(fd, "rb") as handle:
+        if os.fstat(handle.fileno()).st_uid != os.geteuid():
+            raise _refuse(folder, f"holds a result file {result.name} of another user")
+        outcome, value = pickle.load(handle)
+    return str(outcome), value
 
 
 def _forget(folder: Path) -> None:
@@ -257,6 +322,11 @@ class SlurmExecutor:
         require_lock_scope(self.state_dir, needed, what=f"the state dir {self.state_dir}")
         store = store_root(self.state_dir)
         require_lock_scope(store, needed, what=f"the kernel store {store}")
+        try:
+            jobs_folder(self.state_dir)
+        except OSError as error:
+            raise ApplyError(f"ouro: cannot make the Slurm job folder {self.state_dir / JOBS_DIR}"
+                             f" ({error.strerror}): check the state dir's permissions") from error
 
     def _request(self, spec: LoadedSpec) -> LineageRequest:
         identity = self.engine.identity
@@ -283,7 +353,7 @@ class SlurmExecutor:
             item.total, item.done = probed, True  # a wrong key costs no job and creates nothing
             return item
         try:
-            item.job = self._sbatch(spec, item.request)
+            item.job, item.folder = self._sbatch(spec, item.request)
         except ApplyError as error:
             item.total = LineageResult(spec.name, planned.action)
             item.total.errors.append(str(error))
@@ -298,16 +368,19 @@ class SlurmExecutor:
         self.engine.reporter.note(f"{spec.name}: Slurm job {item.job.job_id} submitted")
         return item
 
-    def _sbatch(self, spec: LoadedSpec, request: LineageRequest) -> Any:
+    def _sbatch(self, spec: LoadedSpec, request: LineageRequest) -> tuple[Any, tuple[int, int]]:
+        """The submitted job and its folder's identity (``made_folder``)."""
         import submitit
 
         parameters = slurm_parameters(spec)
-        folder = self.state_dir / JOBS_DIR / "%j"
         try:
+            folder = jobs_folder(self.state_dir) / "%j"
             executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_REQUEUES)
             executor.update_parameters(**{k.removeprefix("slurm_"): v for k, v in
                                           parameters.items()})
-            return executor.submit(LineageJob(), request.to_json())
+            with _private_umask():
+                job = executor.submit(LineageJob(), request.to_json())
+            return job, made_folder(job)
         except subprocess.CalledProcessError as error:
             output = (error.output or b"").decode("utf-8", "replace").strip()
             raise ApplyError(
@@ -412,14 +485,14 @@ class SlurmExecutor:
                     self._lost(item, state)
 
     def _collect(self, item: _Tracked, *, requeue: bool) -> None:
-        from submitit.core.utils import pickle_load
-
         from reconciler.engine.executors.request import result_from_document
 
         name = item.spec.name
         try:
-            outcome, value = pickle_load(item.job.paths.result_pickle)
-        except (OSError, ValueError, EOFError) as error:
+            outcome, value = read_result(item.job, item.folder)
+        except PathRefused as error:
+            outcome, value = "error", str(error)
+        except (OSError, ValueError, EOFError, TypeError, pickle.UnpicklingError) as error:
             outcome, value = "error", f"unreadable result file: {error}"
         if outcome != "success":
             part = LineageResult(name, item.planned.action)
@@ -455,13 +528,13 @@ class SlurmExecutor:
         if item.requeues >= MAX_REQUEUES:
             return False
         try:
-            job = self._sbatch(item.spec, item.request)
+            job, made = self._sbatch(item.spec, item.request)
         except ApplyError as error:
             assert item.total is not None
             item.total.errors.append(str(error))
             return False
         item.requeues += 1
-        item.job, item.state, item.ended_at = job, "PENDING", None
+        item.job, item.folder, item.state, item.ended_at = job, made, "PENDING", None
         item.job_ids.append(job.job_id)
         self.engine.events.emit(
             "job-requeued", lineage=item.spec.name, reason="time-limit",
@@ -528,7 +601,6 @@ class DoctorJob:
 def doctor_in_job(state_dir: Path, settings: SlurmSpec, *, timeout: float = 600) -> Any:
     """Run the doctor's checks (one real life included) in a job; (job id, node, checks)."""
     import submitit
-    from submitit.core.utils import pickle_load
 
     from reconciler.engine.doctor import Check
 
@@ -543,9 +615,11 @@ def doctor_in_job(state_dir: Path, settings: SlurmSpec, *, timeout: float = 600)
         parameters["account"] = settings.account
     parameters["additional_parameters"] = dict(sbatch_option(o) for o in settings.sbatch)
     try:
-        executor = submitit.SlurmExecutor(folder=state_dir / JOBS_DIR / "%j")
+        executor = submitit.SlurmExecutor(folder=jobs_folder(state_dir) / "%j")
         executor.update_parameters(**parameters)
-        job = executor.submit(DoctorJob())
+        with _private_umask():
+            job = executor.submit(DoctorJob())
+        made = made_folder(job)
     except (subprocess.CalledProcessError, OSError, RuntimeError, ValueError) as error:
         detail = getattr(error, "output", b"") or b""
         text = detail.decode("utf-8", "replace").strip() if isinstance(detail, bytes) else ""
@@ -564,7 +638,10 @@ def doctor_in_job(state_dir: Path, settings: SlurmSpec, *, timeout: float = 600)
             raise ApplyError(f"ouro doctor: the probe job {job.job_id} did not end within "
                              f"{timeout:g}s (state {state}); cancelled it")
         time.sleep(0.5)
-    outcome, value = pickle_load(job.paths.result_pickle)
+    try:
+        outcome, value = read_result(job, made)
+    except (OSError, ValueError, EOFError, TypeError, pickle.UnpicklingError) as error:
+        outcome, value = "error", f"unreadable result file: {error}"
     if outcome != "success" or not isinstance(value, dict):
         lines = str(value).strip().splitlines()
         raise ApplyError(f"ouro doctor: the probe job {job.job_id} failed: "
@@ -582,5 +659,8 @@ __all__ = [
     "SlurmExecutor",
     "doctor_in_job",
     "job_states",
+    "jobs_folder",
+    "made_folder",
+    "read_result",
     "slurm_parameters",
 ]
