@@ -14,6 +14,7 @@ import pytest
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.saved import check_fresh, load_plan
 from reconciler.state import instrument
+from reconciler.state.cachefile import KEY_FILE
 from reconciler.state.observe import observe
 from reconciler.state.summaries import CACHE_DIR
 from tests.inprocess import ouro
@@ -118,9 +119,11 @@ def test_plan_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         run(monkeypatch, capsys, "plan", specs, *flags)
     run(monkeypatch, capsys, "status", specs)
     run(monkeypatch, capsys, "status", specs, "--json")
-    # status may write only its derived, deletable summary cache in the state dir
+    # status may write only its derived, deletable summary cache in the state dir, and the
+    # state dir's key that seals it (made on first use, issue 23)
     after = {path: mode for path, mode in _snapshot(tmp_path).items()
-             if f"/{CACHE_DIR}" not in path and path != str(tmp_path / "state")}
+             if f"/{CACHE_DIR}" not in path
+             and path not in (str(tmp_path / "state"), str(tmp_path / "state" / KEY_FILE))}
     assert after == before
     assert not (tmp_path / "fresh").exists()
 
