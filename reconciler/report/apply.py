@@ -8,7 +8,7 @@ from typing import Any
 
 from reconciler.engine.apply import LineageResult
 from reconciler.engine.session import ApplyOutcome
-from reconciler.report.escape import terminal
+from reconciler.report.escape import json_text, terminal
 from reconciler.report.render import FORMAT_VERSION
 
 KIND = "ouro-apply"  # with format_version, as in every JSON document ouro prints
@@ -25,7 +25,7 @@ def apply_document(outcome: ApplyOutcome) -> dict[str, Any]:
 
 
 def apply_json(outcome: ApplyOutcome) -> str:
-    return json.dumps(apply_document(outcome), indent=2, sort_keys=True) + "\n"
+    return json_text(json.dumps(apply_document(outcome), indent=2, sort_keys=True) + "\n")
 
 
 def refusal_json(message: str) -> str:
@@ -33,7 +33,7 @@ def refusal_json(message: str) -> str:
     untrusted lock, an unknown partition, ...): no lineages, the message as ``error``."""
     document = {"format_version": FORMAT_VERSION, "kind": KIND, "interrupted": False,
                 "stopped_by": None, "lineages": [], "error": message}
-    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+    return json_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def _lineage_lines(result: LineageResult) -> list[str]:

@@ -3,8 +3,10 @@
 Rule: this is the one home of escaping for ouro's outputs. Every text shown on a
 terminal passes ``terminal`` (or ``rich_text`` when rich prints it); every text put
 into Markdown passes ``markdown`` (or ``markdown_code`` inside a code span). HTML
-pages are escaped by Jinja's autoescape (``reconciler.report.viewer``); JSON by
-``json.dumps``.
+pages are escaped by Jinja's autoescape (``reconciler.report.viewer``); a JSON
+document (``json.dumps`` escapes C0 only) passes ``json_text``, which writes DEL, the
+C1 controls and the bidi overrides as ``\\u`` escapes too: the same document, inert on
+a terminal.
 
 - ``terminal``: C0 control characters but newline and tab (ESC, BEL, CR, backspace,
   ...), DEL, the C1 controls (U+0080..U+009F: U+009B is a CSI to an 8-bit terminal)
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["markdown", "markdown_code", "rich_text", "terminal"]
+__all__ = ["json_text", "markdown", "markdown_code", "rich_text", "terminal"]
 
 _TERMINAL = {
     **{code: f"\\x{code:02x}" for code in (*range(0, 9), *range(11, 32), 127)},
@@ -46,6 +48,16 @@ _MARKDOWN = {
 def terminal(text: str) -> str:
     """``text`` with every control character but newline and tab made visible."""
     return text.translate(_TERMINAL)
+
+
+# Inside a JSON document these can only be in strings, where \\uXXXX means the same.
+_JSON = {code: f"\\u{code:04x}" for code in (127, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+                                            *range(0x2066, 0x206A))}
+
+
+def json_text(document: str) -> str:
+    """A JSON document (from ``json.dumps``) with every control character escaped."""
+    return document.translate(_JSON)
 
 
 def rich_text(text: str) -> str:

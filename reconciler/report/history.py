@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from reconciler.report.calls import call_stops, failure_of
-from reconciler.report.escape import terminal
+from reconciler.report.escape import json_text, terminal
 from reconciler.report.physics import kernel_json, kernel_lines
 from reconciler.state.history import FileDiff, GenerationDetail
 from reconciler.state.ran_with import BornUnder, kernel_run
@@ -131,14 +131,15 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
             for summary, rows in summaries
         ],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def export_text(summaries: Sequence[LineageSummary], fmt: str) -> str:
     """One row per generation, ``lineage`` first, then ``COLUMNS`` (docs/export.md)."""
     if fmt == "jsonl":
         return "".join(
-            json.dumps({"lineage": summary.name, **asdict(row)}, ensure_ascii=False) + "\n"
+            json_text(json.dumps({"lineage": summary.name, **asdict(row)}, ensure_ascii=False))
+            + "\n"
             for summary in summaries for row in summary.rows
         )
     buffer = io.StringIO()
@@ -261,4 +262,4 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
         "provider_failure": (asdict(failure) if (failure := failure_of(detail.record))
                              else None),
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernels import KernelChoice
-from reconciler.report.escape import markdown, markdown_code, rich_text
+from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 def plan_json(plan: Plan) -> str:
-    return json.dumps(plan_document(plan), indent=2, ensure_ascii=False, default=str) + "\n"
+    return json_text(json.dumps(plan_document(plan), indent=2, ensure_ascii=False,
+                                default=str) + "\n")
 
 
 # ---------------------------------------------------------------- markdown
@@ -273,7 +274,7 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
 
 
 def status_json(lines: Sequence[StatusLine]) -> str:
-    return json.dumps(status_document(lines), indent=2, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(status_document(lines), indent=2, ensure_ascii=False) + "\n")
 
 
 def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> None:

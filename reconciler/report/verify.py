@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.engine.verify import LineageReport, VerifyReport
-from reconciler.report.escape import terminal
+from reconciler.report.escape import json_text, terminal
 from reconciler.report.render import FORMAT_VERSION
 
 _WHY_UNKNOWN = {
@@ -57,4 +57,4 @@ def verify_text(report: VerifyReport) -> str:
 def verify_json(report: VerifyReport) -> str:
     """The audit's report, under the format_version and kind every JSON document has."""
     document = {"format_version": FORMAT_VERSION, "kind": "ouro-verify", **report.as_dict()}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")

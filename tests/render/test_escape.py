@@ -49,6 +49,17 @@ def _places(root: Path, name: str) -> LineagePaths:
                         branch=f"lineage-{name}", observation_branch=f"observations/lineage-{name}")
 
 
+def _strings(value: object) -> list[str]:
+    """Every string in a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
 def _github(text: str) -> str:
     """HTML as a pull-request comment renders: CommonMark with tables and raw HTML."""
     return MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
@@ -103,14 +114,17 @@ def test_terminal_controls_in_spec_paths_reach_no_terminal(
     assert "\\x1b[2J" in shown and "\\x9b" in shown and "\\u202e" in shown
     outputs = []
     for args in (("plan", specs), ("status", specs), ("apply", "--yes", specs),
-                 ("validate", specs)):
+                 ("validate", specs), ("plan", "--json", specs), ("status", "--json", specs),
+                 ("apply", "--yes", "--json", specs)):
         code, out, err = ouro(monkeypatch, capsys, *args)
-        outputs.append((args[0], code, out + err))
+        outputs.append((" ".join(str(a) for a in args if a != specs), code, out + err))
     for command, _code, text in outputs:
-        assert not _RAW_CONTROL.search(text), (command, text)
+        assert not _RAW_CONTROL.search(text), (command, _RAW_CONTROL.findall(text), text[:80])
     by_command = {command: text for command, _, text in outputs}
-    for command in ("plan", "status", "apply"):
+    for command in ("plan", "status", "apply --yes"):
         assert shown in by_command[command], (command, by_command[command])
+    document = json.loads(by_command["plan --json"])  # the same document, only escaped
+    assert any(str(hostile.git_dir) in text for text in _strings(document))
     # an error message (a spec problem) is escaped too
     (specs / "fleet.yaml").write_text(_spec("loud", hostile).replace("gpt-5.6", "[bold]"),
                                       encoding="utf-8")
@@ -136,10 +150,13 @@ def test_what_an_organism_and_a_model_wrote_reaches_no_terminal_in_log_show_diff
     monkeypatch.setenv("OURO_STATE_DIR", str(state))
     outputs = {}
     for args in (("log", "loud"), ("show", "loud", "2"), ("show", "loud", "2", "--full"),
-                 ("diff", "loud", "1", "2")):
+                 ("diff", "loud", "1", "2"), ("log", "--json", "loud"),
+                 ("show", "--json", "loud", "2"), ("export", "--format", "jsonl", "loud")):
         code, out, err = ouro(monkeypatch, capsys, *args)
         assert code == 0, err
         outputs[" ".join(args)] = out + err
     for command, text in outputs.items():
-        assert not _RAW_CONTROL.search(text), (command, text)
+        assert not _RAW_CONTROL.search(text), (command, _RAW_CONTROL.findall(text), text[:80])
     assert "\\x1b[2J" in outputs["show loud 2"] and "\\u202e" in outputs["diff loud 1 2"]
+    shown = json.loads(outputs["show --json loud 2"])  # the same document, only escaped
+    assert any(f"boom {CONTROLS}" in text for text in _strings(shown))
