@@ -41,6 +41,7 @@ from reconciler.kernel.base.config import (
     Provenance,
 )
 from reconciler.kernel.base.launch import module_command
+from reconciler.kernel.base.refusals import KernelRefusal, as_kernel_refusal
 from reconciler.state.kernels import KernelStore, StoredKernel
 
 if TYPE_CHECKING:  # imported when a generation runs: planning never loads the kernel's parts
@@ -103,7 +104,9 @@ def _raise(error: Any, kernel: StoredKernel) -> None:
     failure: kernel_errors.KernelError
     if kind in ("drift", "damage"):
         kinds = {"drift": kernel_errors.DriftError, "damage": kernel_errors.DamageError}
-        failure = kinds[str(kind)](message, reason=str(error.get("reason") or kind))
+        default: KernelRefusal = "fingerprint-drift" if kind == "drift" else "damaged"
+        failure = kinds[str(kind)](message, reason=as_kernel_refusal(error.get("reason"),
+                                                                     default))
     elif kind == "cancelled":
         from reconciler.kernel.transaction.generation import GenerationCancelled
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import httpx
 
-from reconciler.kernel.base.config import OFFLINE_PROVIDERS, ModelConfig
+from reconciler.kernel.base import registry
+from reconciler.kernel.base.config import ModelConfig
 from reconciler.kernel.broker.providers import (
     DETAIL_CHARS,
-    MODEL_LIST_PATHS,
     auth_headers,
     base_url,
     redact,
@@ -101,10 +101,10 @@ def probe(model: ModelConfig, api_key: str | None, *,
           timeout: float = PROBE_TIMEOUT_SECONDS) -> ProbeResult:
     """One model-list request for ``model``'s provider configuration. Never raises for
     anything the network or server does."""
-    if model.provider in OFFLINE_PROVIDERS:
+    if model.provider in registry.OFFLINE_PROVIDERS:
         return ProbeResult(True, "ok", f"provider {model.provider} reaches no server")
     try:
-        url = base_url(model) + MODEL_LIST_PATHS[model.provider]
+        url = base_url(model) + registry.MODEL_LIST_PATHS[model.provider]
     except (ValueError, KeyError) as error:
         return ProbeResult(False, "config", f"provider {model.provider}: {error}",
                            "set spec.model.base_url")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from reconciler.kernel.base.config import ENTRY_REQUEST_SCHEMA, Identity
+from reconciler.kernel.base.refusals import KernelReason
 from reconciler.plan.remedies import instrument_name, remedy
 
 __all__ = [
@@ -37,8 +38,6 @@ __all__ = [
 
 Source = Literal["running", "store", "materialized"]
 SOURCES: tuple[Source, ...] = ("running", "store", "materialized")
-KernelReason = Literal["kernel-unavailable", "kernel-damaged", "fingerprint-drift",
-                       "foreign-kernel"]
 # Entry-point request schemas this control plane speaks (engine.pinned).
 SUPPORTED_ENTRIES = frozenset({ENTRY_REQUEST_SCHEMA})
 

@@ -31,6 +31,10 @@ from reconciler.kernel.base.config import (
     constraints_manifest,
 )
 from reconciler.kernel.base.formats import INSTRUMENT_KEYS
+
+# The refusal reasons, in the order a refusal lists them: one typed list, the kernel's,
+# shared with state and the kernel itself.
+from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
 from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
@@ -53,24 +57,6 @@ __all__ = [
 
 Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
-Reason = Literal[
-    "spec-pin-mismatch",
-    "not-a-lineage",
-    "branch-mismatch",
-    "no-metadata",
-    "partial-paths",
-    "instrument-commit-drift",
-    "fingerprint-drift",
-    "foreign-kernel",
-    "kernel-unavailable",
-    "kernel-damaged",
-    "observation-disagrees",
-    "unbalanced",
-    "damaged",
-    "generation-running",
-    "provider-config",  # (last: the refusal order is this order)
-]
-REASONS: tuple[Reason, ...] = get_args(Reason)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
 _SHARED_METADATA = (*INSTRUMENT_KEYS, ENTRY_METADATA_KEY)
 

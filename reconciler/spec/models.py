@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from reconciler.kernel.base import config as kc
+from reconciler.kernel.base import registry
 from reconciler.kernel.base.identity import is_object_id
 from reconciler.spec import places, prices, units
 from reconciler.spec import probes as probe_specs
@@ -60,16 +61,11 @@ __all__ = [
 API_VERSION = "ouro/v1"
 KIND = "Lineage"
 
-Provider = Literal["anthropic", "openai", "openai-compatible", "replay", "echo"]
+# The providers, from their one record each (``reconciler.kernel.base.registry``).
+Provider = registry.ProviderName
 Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
-PAID_PROVIDERS = ("anthropic", "openai", "openai-compatible")
-DEFAULT_API_KEY_ENV: dict[str, str | None] = {
-    "anthropic": "ANTHROPIC_API_KEY",
-    "openai": "OPENAI_API_KEY",
-    "openai-compatible": None,
-    "replay": None,
-    "echo": None,
-}
+PAID_PROVIDERS = registry.PAID_PROVIDERS
+DEFAULT_API_KEY_ENV: dict[str, str | None] = registry.DEFAULT_KEY_ENV
 
 # Upper bounds: beyond them a value is a typo, and the kernel's cgroup and tmpfs
 # files (signed 64-bit) could not hold it anyway.
@@ -279,7 +275,8 @@ def _model_name_schema(schema: dict[str, Any]) -> None:
 def _when(
     provider: str | list[str], then: dict[str, Any], otherwise: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    match = {"const": provider} if isinstance(provider, str) else {"enum": provider}
+    names = [provider] if isinstance(provider, str) else provider
+    match = {"const": names[0]} if len(names) == 1 else {"enum": names}
     rule: dict[str, Any] = {
         "if": {"properties": {"provider": match}, "required": ["provider"]},
         "then": then,
@@ -292,9 +289,9 @@ def _when(
 _NULL = {"type": "null"}
 # The provider rules, for editors (the validators of ModelSpec below are the authority).
 _PROVIDER_RULES: list[Any] = [
-    _when("openai-compatible", {"required": ["name", "base_url", "price"]}),
+    _when(list(registry.BASE_URL_REQUIRED), {"required": ["name", "base_url", "price"]}),
     _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"base_url": _NULL}}),
-    _when(["anthropic", "openai-compatible", *kc.OFFLINE_PROVIDERS],
+    _when([p for p in registry.PROVIDERS if p not in registry.STORING_PROVIDERS],
           {"properties": {"store": _NULL}}),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
     _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
@@ -431,9 +428,9 @@ class ModelSpec(_Strict):
                 )
             return value
         if value is None:
-            if provider == "openai-compatible":
+            if provider in registry.BASE_URL_REQUIRED:
                 raise ValueError(
-                    "provider openai-compatible needs base_url, the server's API base, e.g. "
+                    f"provider {provider} needs base_url, the server's API base, e.g. "
                     "http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8000/v1 (vLLM)"
                 )
             return value
@@ -459,7 +456,7 @@ class ModelSpec(_Strict):
         provider = info.data.get("provider")
         if provider in kc.OFFLINE_PROVIDERS and value is not None:
             raise ValueError(f"provider {provider} uses no API key: remove api_key_env")
-        if provider in ("anthropic", "openai") and value is None:
+        if provider in registry.KEYED_PROVIDERS and value is None:
             raise ValueError(
                 f"provider {provider} needs an API key: name the environment variable that "
                 f"holds it (default {DEFAULT_API_KEY_ENV[provider]}), or leave the field out"
@@ -505,8 +502,11 @@ class ModelSpec(_Strict):
     @classmethod
     def _store(cls, value: bool | None, info: ValidationInfo) -> bool | None:
         provider = info.data.get("provider")
-        if value is not None and provider is not None and provider != "openai":
-            raise ValueError(f"store is only for provider openai (Responses API), not {provider}")
+        if (value is not None and provider is not None
+                and provider not in registry.STORING_PROVIDERS):
+            raise ValueError(f"store is only for provider "
+                             f"{' or '.join(registry.STORING_PROVIDERS)} (Responses API), "
+                             f"not {provider}")
         return value
 
     @field_validator("budget_usd")

@@ -38,6 +38,7 @@ from reconciler.kernel.base.config import (
     OBSERVATIONS_SCHEMA,
     LineagePaths,
 )
+from reconciler.kernel.base.refusals import ProblemCode
 from reconciler.kernel.transaction import leftovers
 from reconciler.kernel.transaction.publish import ref_locks
 from reconciler.kernel.transaction.recovery import marker_alive
@@ -60,16 +61,6 @@ INTENT_MARKER = formats.MARKER_FILE  # the kernel's name, kept under this module
 _MAX_DIRTY_LISTED = 20
 _FAST_CLEAN_MAX_FILES = 20000
 
-ProblemCode = Literal[
-    "partial-paths",
-    "not-a-lineage",
-    "branch-mismatch",
-    "no-metadata",
-    "observation-disagrees",
-    "unbalanced",
-    "damaged",
-    "generation-running",
-]
 InterruptedKind = Literal["roll-forward", "discard", "cleanup"]
 
 

@@ -29,8 +29,8 @@ from reconciler.engine.apply import Engine, Limits, LineageResult
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel.base.config import Identity
+from reconciler.kernel.base.refusals import Reason
 from reconciler.plan import Refusal
-from reconciler.plan.planner import Reason
 
 REQUEST_FORMAT = "ouro-lineage-request/v1"
 RESULT_FORMAT = "ouro-lineage-result/v1"

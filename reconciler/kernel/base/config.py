@@ -13,10 +13,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import confinement
+from . import confinement, registry
 
-PROVIDERS = ("anthropic", "openai", "openai-compatible", "replay", "echo")
-OFFLINE_PROVIDERS = ("replay", "echo")
+PROVIDERS = registry.PROVIDERS  # one record per provider: ``registry``
+OFFLINE_PROVIDERS = registry.OFFLINE_PROVIDERS
 ENFORCEMENTS = ("auto", "systemd", "cgroup2", "cgroup1")
 
 LINEAGE_SCHEMA = "ouroboros-lineage/v2"

@@ -19,6 +19,8 @@ Messages start with the component ("kernel: ...") and say what a human should do
 
 from __future__ import annotations
 
+from .refusals import KernelRefusal
+
 
 class KernelError(Exception):
     """Base of every error the kernel raises on purpose."""
@@ -35,7 +37,7 @@ class BirthError(PreflightError):
 class DriftError(PreflightError):
     """A lineage is only extended by the instrument (commit, fingerprint) it was born under."""
 
-    def __init__(self, message: str, *, reason: str) -> None:
+    def __init__(self, message: str, *, reason: KernelRefusal) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -48,7 +50,7 @@ class DamageError(PreflightError):
     """A lineage whose places are damaged is refused, never run or written through: a
     corrupt or missing object, a worktree replaced by a symlink, a lock left behind."""
 
-    def __init__(self, message: str, *, reason: str) -> None:
+    def __init__(self, message: str, *, reason: KernelRefusal) -> None:
         super().__init__(message)
         self.reason = reason
 

@@ -48,6 +48,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
+from ..base import registry
 from ..base.config import (
     CAPABILITIES_SCHEMA,
     JOURNAL_FILE,
@@ -79,8 +80,8 @@ TRUNCATED_HEADER = "X-Ouroboros-Truncated"  # "true" on a 200 whose reply was cu
 BUDGET_BODY = b"generation budget exhausted\n"  # the original broker's 402 body, word for word
 START_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
-KEYED = ("anthropic", "openai")
-HTTP_PROVIDERS = ("anthropic", "openai", "openai-compatible")
+KEYED = tuple(sorted(registry.KEYED_PROVIDERS))
+HTTP_PROVIDERS = registry.HTTP_PROVIDERS
 # The child's side, named from this package's own name: the kernel runs under any package
 # name (``reconciler.kernel`` here, ``ouro_kernel_<fingerprint>`` from the kernel store).
 PROCESS_MODULE = f"{__package__}.process"
@@ -154,8 +155,8 @@ def check_config(model: ModelConfig, api_key: str | None, generation: int,
             f"kernel: provider {model.provider} needs an API key; set {variable}")
     if api_key is not None and (not api_key.isprintable() or api_key != api_key.strip()):
         raise ProviderConfigError("kernel: the API key contains whitespace or control characters")
-    if model.provider == "openai-compatible" and not model.base_url:
-        raise ProviderConfigError("kernel: provider openai-compatible needs a base_url")
+    if model.provider in registry.BASE_URL_REQUIRED and not model.base_url:
+        raise ProviderConfigError(f"kernel: provider {model.provider} needs a base_url")
     if model.base_url and model.provider in HTTP_PROVIDERS and not model.base_url.startswith(
             ("http://", "https://")):
         raise ProviderConfigError(f"kernel: base_url {model.base_url!r} is not an http(s) URL")

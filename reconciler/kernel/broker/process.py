@@ -27,7 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ..base.config import MODEL_CALL_SCHEMA
+from ..base.config import MODEL_CALL_SCHEMA, OFFLINE_PROVIDERS
 from .door import (
     AUDIT_FILE,
     BUDGET_BODY,
@@ -68,7 +68,7 @@ class Service:
         self.generation = int(config["generation"])
         self.provider = make_provider(self.model, self.api_key, int(config["replay_cursor"]))
         self.ledger = Ledger(self.model.budget_usd, self.model.price)
-        self.offline = self.model.provider in ("replay", "echo")
+        self.offline = self.model.provider in OFFLINE_PROVIDERS
         self.index = 0
         self.reply_headers: dict[str, str] = {}  # extra headers of the current reply
         self.private_dir = Path(config["private_dir"])

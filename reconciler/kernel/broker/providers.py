@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 import tenacity
 
+from ..base import registry
 from ..base.config import ModelConfig
 from .ledger import Ledger, Reservation, Usage, estimate_prompt_tokens, usd_text
 
@@ -73,11 +74,11 @@ __all__ = [
     "run_request",
 ]
 
-DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com",
-                     "openai": "https://api.openai.com/v1"}
+# What a provider is (its key, base URL, model list, wire format): ``base.registry``.
+DEFAULT_BASE_URLS = registry.DEFAULT_BASE_URLS
 # The free, authenticated request a probe makes (``GET`` below the base URL).
-MODEL_LIST_PATHS = {"anthropic": "/v1/models", "openai": "/models", "openai-compatible": "/models"}
-KEYED_PROVIDERS = frozenset({"anthropic", "openai"})  # a key is required; optional elsewhere
+MODEL_LIST_PATHS = registry.MODEL_LIST_PATHS
+KEYED_PROVIDERS = registry.KEYED_PROVIDERS  # a key is required; optional elsewhere
 ANTHROPIC_VERSION = "2023-06-01"
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 # A 429 with one of these in its body is an exhausted account, not a rate limit.
@@ -337,8 +338,8 @@ def _responses_body(model: ModelConfig, prompt: str, tokens: int) -> dict[str, A
             "store": model.store}
 
 
-WIRE_FORMATS: dict[str, WireFormat] = {
-    "anthropic": WireFormat(
+_WIRES: dict[registry.Wire, WireFormat] = {
+    "anthropic-messages": WireFormat(
         path="/v1/messages",
         headers=lambda key: {"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION},
         body=lambda model, prompt, tokens: {
@@ -351,7 +352,7 @@ WIRE_FORMATS: dict[str, WireFormat] = {
             "output_tokens"),
         stop=_anthropic_stop,
     ),
-    "openai": WireFormat(
+    "openai-responses": WireFormat(
         path="/responses",
         headers=_bearer,
         body=_responses_body,
@@ -359,7 +360,7 @@ WIRE_FORMATS: dict[str, WireFormat] = {
         usage=lambda payload: _usage(payload, ("input_tokens",), "output_tokens"),
         stop=_openai_stop,
     ),
-    "openai-compatible": WireFormat(
+    "chat-completions": WireFormat(
         path="/chat/completions",
         headers=_bearer,
         body=lambda model, prompt, tokens: {
@@ -371,6 +372,9 @@ WIRE_FORMATS: dict[str, WireFormat] = {
         stop=_chat_stop,
     ),
 }
+# Each HTTP provider speaks the wire format its registry record names.
+WIRE_FORMATS: dict[str, WireFormat] = {
+    p.name: _WIRES[p.wire] for p in registry.REGISTRY if p.wire is not None}
 
 
 def base_url(model: ModelConfig) -> str:
