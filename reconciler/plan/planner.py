@@ -399,8 +399,7 @@ def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
-# Manifest keys younger than the original instrument's constraints.
-_NEW_KEYS = frozenset({"constraints.model.max_requests", "constraints.model.max_audited_bytes"})
+_PHYSICS_SECTION = "constraints.sandbox."
 
 
 def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> tuple[Change, ...]:
@@ -417,10 +416,12 @@ def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> 
     if isinstance(observed_constraints, dict) and observed_constraints != manifest:
         want = _flatten(manifest, "constraints")
         have = _flatten(observed_constraints, "constraints")
-        # A constraint the last generation did not record (an older manifest) is new
-        # disclosure, not a change the spec makes.
+        # Only what a spec sets can differ by the spec's doing. A key the last generation
+        # did not record is disclosure younger than the kernel that ran it (max_requests;
+        # every key a spec sets is in every manifest since the original's), and the
+        # `sandbox` section is the physics' own (the pinned kernel discloses its filter).
         for key in sorted(set(want) | set(have)):
-            if key in _NEW_KEYS and key not in have:
+            if key not in have or key.startswith(_PHYSICS_SECTION):
                 continue
             if want.get(key) != have.get(key):
                 found.append(Change(key, have.get(key), want.get(key)))

@@ -297,6 +297,32 @@ def test_changes_against_last_observation(id_: str, spec: FakeSpec, fields: list
     assert [c.field for c in result.changes] == fields
 
 
+def _recorded_under_other_physics(edit: Any) -> dict[str, Any]:
+    last = record()
+    constraints = dict(last["constraints"])
+    edit(constraints)
+    return {**last, "constraints": constraints}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [lambda c: c.pop("sandbox", None),  # a kernel from before physics release 2
+     lambda c: c.pop("model") and c.update(model={  # from before max_requests
+         k: v for k, v in record()["constraints"]["model"].items()
+         if k not in {"max_requests", "max_audited_bytes"}}),
+     lambda c: c.update(sandbox={"seccomp": {"digest": "another filter"}})],  # its own
+    ids=["no-sandbox-section", "no-max-requests", "another-filter"],
+)
+def test_what_the_physics_discloses_is_no_change_of_the_spec(edit: Any) -> None:
+    """Only what a spec sets counts: a manifest key the last generation's kernel did not
+    know, or the filter its physics disclosed, is no change the spec makes."""
+    seen = observed(last_observation=_recorded_under_other_physics(edit))
+    assert plan_lineage(FakeSpec(), seen, ME).changes == ()
+    wall = FakeSpec(ceilings_config=Ceilings(wall_seconds=1200))
+    assert "constraints.generation.wall_seconds" in [  # a spec change still shows
+        c.field for c in plan_lineage(wall, seen, ME).changes]
+
+
 def test_budget_change_shows_both_amounts() -> None:
     spec = FakeSpec(model_config=ModelConfig("echo", "echo", budget_usd=Decimal("2")))
     (change,) = plan_lineage(spec, observed(), ME).changes
