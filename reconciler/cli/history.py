@@ -51,14 +51,17 @@ def log_command(
     """One row per generation: outcome, organism size and diff, model calls, tokens, spend,
     CPU, peak memory, wall time, start."""
     from reconciler.report.history import log_json, log_text
+    from reconciler.state.probes import columns
 
     chosen = []
-    for _paths, summary in _summaries(names, specs, state_dir):
+    probes = {}
+    for paths, summary in _summaries(names, specs, state_dir):
         rows = [row for row in summary.rows
                 if (not deaths or row.status == "died")
                 and (since is None or row.generation >= since)]
         chosen.append((summary, rows))
-    sys.stdout.write(log_json(chosen) if as_json else log_text(chosen))
+        probes[summary.name] = columns(paths)
+    sys.stdout.write(log_json(chosen, probes) if as_json else log_text(chosen, probes))
 
 
 def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[
@@ -80,12 +83,14 @@ def show_command(
     body that died, the model's prompts and replies, ceilings and accounting."""
     from reconciler.report.history import show_json, show_text
     from reconciler.state.history import detail
+    from reconciler.state.probes import latest
     from reconciler.state.ran_with import born_under
 
     paths, summary = _one(name, specs, state_dir)
     found = detail(paths, summary, generation)
     render = show_json if as_json else show_text
-    sys.stdout.write(render(name, found, full=full, born=born_under(paths)))
+    probes = [item.record for item in latest(paths).get(generation, [])]
+    sys.stdout.write(render(name, found, full=full, born=born_under(paths), probes=probes))
 
 
 def diff_command(
@@ -117,13 +122,17 @@ def export_command(
     if fmt not in EXPORT_FORMATS:
         raise OuroError(f"ouro export: --format {fmt!r} is not one of "
                         f"{', '.join(EXPORT_FORMATS)}")
+    from reconciler.state.probes import columns
+
     summaries = []
-    for _paths, summary in _summaries(names, specs, state_dir):
+    probes = {}
+    for paths, summary in _summaries(names, specs, state_dir):
         summaries.append(summary)
+        probes[summary.name] = columns(paths)
     for summary in summaries:
         for problem in summary.problems:
             print(terminal(f"ouro export: {summary.name}: {problem}"), file=sys.stderr)
-    text = export_text(summaries, fmt)
+    text = export_text(summaries, fmt, probes)
     if out is None:
         sys.stdout.write(text)
         return

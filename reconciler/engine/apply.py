@@ -33,13 +33,15 @@ from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober
+from reconciler.engine.probes.measure import measure_missing
 from reconciler.errors import ApplyError, OuroError, host_fault
 from reconciler.kernel.base import errors as kernel_errors
-from reconciler.kernel.base.config import Identity
+from reconciler.kernel.base.config import Identity, LineagePaths
 from reconciler.kernel.base.failures import failed_every_call
 from reconciler.kernel.base.formats import DASH
 from reconciler.plan import LineagePlan, Refusal, plan_lineage
 from reconciler.plan.continuation import decide
+from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
@@ -107,6 +109,8 @@ class LineageResult:
     last_model_failure: dict[str, Any] | None = None
     stopped: str | None = None  # why apply stopped this lineage (plan.continuation.Stop.code)
     audit: dict[str, Any] | None = None  # the background audit's verdict, once it is in
+    measured: int = 0  # probe records written (reconciler.engine.probes)
+    probe_failures: int = 0  # of them, probe failures (never the lineage's)
 
     @classmethod
     def not_run(cls, item: LineagePlan) -> LineageResult:
@@ -136,6 +140,8 @@ class LineageResult:
             "model_failures": self.model_failures,
             "last_model_failure": self.last_model_failure,
             "stopped": self.stopped,
+            "measured": self.measured,
+            "probe_failures": self.probe_failures,
         }
 
 
@@ -195,6 +201,7 @@ class Engine:
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
     prober: Prober | None = None  # None: --no-probe
     store: KernelStore | None = None  # the kernel store (None: the default state dir's)
+    probe_parallel: int = 1  # measurements at a time (apply's --parallel)
 
     def kernel_store(self) -> KernelStore:
         if self.store is None:
@@ -283,6 +290,7 @@ class Engine:
                     return self._finish(spec, result, current)
                 if current.action == "create" and not self.limits.may_continue():
                     return self._finish(spec, result, current)
+                current = self._measured_first(spec, paths, result, current)
                 if current.pending and kernel is None:
                     kernel = self._kernel(current, observed)
                 if current.action == "create" and kernel is not None:
@@ -408,6 +416,7 @@ class Engine:
             self.reporter.generation_finished(
                 spec.name, outcome.generation, shown, outcome.accounted_usd
             )
+            self._measure(spec, paths, result, only=done)  # the new generation, at once
             stop = decide(failure, outcome.usage_exceeds_request, failed_in_a_row=streak,
                           max_failed=max_failed, model=model.name,
                           variable=model.api_key_env if api_key else None)  # a key sent
@@ -421,6 +430,45 @@ class Engine:
                 return
             if self.limits.cancel.is_set():
                 return
+            if self._until_stops(spec, paths, done, result):
+                return
+
+    def _measured_first(self, spec: LoadedSpec, paths: LineagePaths, result: LineageResult,
+                        current: LineagePlan) -> LineagePlan:
+        """Back-fill the lineage's history before any generation runs (``spec.until`` reads
+        it); the plan again if anything was measured."""
+        if current.action == "create" or not self._measure(spec, paths, result):
+            return current
+        return self._plan(spec, observe(paths))
+
+    def _until_stops(self, spec: LoadedSpec, paths: LineagePaths, done: int,
+                     result: LineageResult) -> bool:
+        """Does ``spec.until`` hold after generation ``done``? Then the lineage is done."""
+        until = until_of(spec, observe(paths), done) if spec.spec.spec.until else None
+        if until is None:
+            return False
+        result.stopped = until.code
+        self.reporter.note(f"{spec.name}: done after gen {done}: {until.message}")
+        self.events.emit("lineage-stopped", lineage=spec.name, generation=done,
+                         reason=until.code, message=until.message)
+        return True
+
+    def _measure(self, spec: LoadedSpec, paths: LineagePaths, result: LineageResult,
+                 only: int | None = None) -> int:
+        """Measure what the probes lack (``only``: of that generation); under the lock.
+        Returns how many records were written."""
+        if not spec.probes or self.limits.cancel.is_set():
+            return 0
+        done = measure_missing(paths, spec.probes, parallel=self.probe_parallel,
+                               cancel=self.limits.cancel, only=only)
+        result.measured += done.records
+        result.probe_failures += done.failures
+        for error in done.errors:
+            result.errors.append(f"ouro: lineage {spec.name}: {error}")
+        if done.records or done.errors:
+            self.events.emit("measured", lineage=spec.name, records=done.records,
+                             probe_failures=done.failures, errors=done.errors)
+        return done.records
 
     def _finish(self, spec: LoadedSpec, result: LineageResult,
                 unchanged: LineagePlan | None = None) -> LineageResult:

@@ -124,7 +124,7 @@ class _Prepared:
         work in progress (a lineage half created, an observation ahead of its commit): it
         is confirmed under the lock."""
         pairs = list(zip(self.specs, self.plan.lineages, strict=True))
-        return ([(s, i) for s, i in pairs if i.pending],
+        return ([(s, i) for s, i in pairs if i.pending or i.measure.measurements],
                 [(s, i) for s, i in pairs if i.action == "refuse"])
 
 
@@ -235,8 +235,9 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
                     store=engine_kernels.default_store(request.state_dir),
                     prober=Prober() if request.probe else None)
-    runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     width = request.parallel or default_parallelism([s for s, _ in runnable])
+    engine.probe_parallel = width
+    runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     jobs = [*runnable, *to_check]
     events.emit("apply-started", lineages=[s.name for s, _ in jobs], parallel=width,
                 executor=request.executor, worst_case_usd=str(worst))

@@ -37,6 +37,7 @@ from reconciler.kernel.base.formats import INSTRUMENT_KEYS
 from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
 from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
+from reconciler.plan.probes import MeasurementWork, UntilStop, measurement_work, until_stop
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
     "refusals",
 ]
 
-Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse"]
+Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse", "done"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
 _SHARED_METADATA = (*INSTRUMENT_KEYS, ENTRY_METADATA_KEY)
@@ -118,6 +119,21 @@ class PlanSpec(Protocol):
     def ceilings(self) -> Ceilings: ...
 
 
+def until_of(spec: PlanSpec, observed: ObservedState, have: int) -> UntilStop | None:
+    """The ``spec.until`` condition that holds over the lineage's measured generations."""
+    model: Any = getattr(spec, "spec", None)
+    conditions = getattr(getattr(model, "spec", None), "until", None) or ()
+    if not conditions:
+        return None
+    digests = {p.name: p.digest for p in getattr(spec, "probes", ())}
+    return until_stop(conditions, digests, getattr(observed, "probe_metrics", {}), have)
+
+
+def _done(result: Callable[..., LineagePlan], stop: UntilStop, where: str) -> LineagePlan:
+    return dataclasses.replace(result("done", f"{where}; {stop.code}: {stop.message}; apply "
+                                      "runs no more until the condition changes"), until=stop)
+
+
 def desired_generations(spec: PlanSpec) -> int:
     """``spec.generations`` of the document (LoadedSpec.spec is the pydantic model)."""
     direct = getattr(spec, "generations", None)
@@ -174,6 +190,8 @@ class LineagePlan:
     # "running in apply pid N on HOST, generation K" while another apply holds it
     running: str | None = None
     kernel: KernelChoice | None = None  # which kernel runs it (None: this ouro's, unresolved)
+    measure: MeasurementWork = field(default_factory=MeasurementWork)  # plan.probes
+    until: UntilStop | None = None  # action "done": the spec.until condition that holds
 
     @property
     def pending(self) -> bool:
@@ -199,7 +217,8 @@ class Plan:
         """0 everything in sync, 2 changes pending, 1 any refusal."""
         if self.refused:
             return 1
-        return 2 if any(item.pending for item in self.lineages) else 0
+        return 2 if any(item.pending or item.measure.measurements
+                        for item in self.lineages) else 0
 
 
 # ---------------------------------------------------------------- checks
@@ -510,6 +529,9 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
             labels=labels, running=running, kernel=choice,
+            measure=MeasurementWork() if action == "refuse" else measurement_work(
+                getattr(spec, "probes", ()), have + missing,
+                getattr(observed, "probe_coverage", {})),
         )
 
     problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
@@ -534,6 +556,8 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             "recover", f"lineage {name}: {now}; then {missing} more generation(s)",
             missing=missing,
         )
+    if (stop := until_of(spec, observed, have) if have < desired else None) is not None:
+        return _done(result, stop, f"lineage {name}: {have} of {desired} generations")
     if have < desired:
         return result(
             "extend", f"lineage {name}: {have} of {desired} generations; apply runs "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -93,7 +93,23 @@ def _cells(row: GenerationRow) -> tuple[str, ...]:
     )
 
 
-def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]) -> str:
+ProbeColumns = Mapping[str, Mapping[int, Mapping[str, Any]]]  # lineage -> gen -> column -> value
+
+
+def _probe_names(columns: Mapping[int, Mapping[str, Any]]) -> list[str]:
+    return sorted({name for row in columns.values() for name in row})
+
+
+def _probe_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
+             probes: ProbeColumns | None = None) -> str:
     out: list[str] = []
     for summary, rows in summaries:
         edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
@@ -102,8 +118,12 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
             f"{summary.outcomes['died']} died, {summary.model_failures} model failures, "
             f"{edits} external edits, ${summary.spend_usd} spent"
         )
-        table = [_HEADER, *(_cells(row) for row in rows)]
-        widths = [max(len(line[i]) for line in table) for i in range(len(_HEADER))]
+        extra = _probe_names(probes.get(summary.name, {}) if probes else {})
+        values = probes.get(summary.name, {}) if probes else {}
+        table = [(*_HEADER, *extra),
+                 *((*_cells(row), *(_probe_cell(values.get(row.generation, {}).get(name))
+                                    for name in extra)) for row in rows)]
+        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
         for line in table:
             out.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line))
                        .rstrip())
@@ -112,7 +132,9 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
     return safe("\n".join(out) + "\n")
 
 
-def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]) -> str:
+def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
+             probes: ProbeColumns | None = None) -> str:
+    values = probes or {}
     document = {
         "format_version": HISTORY_FORMAT_VERSION,
         "kind": "ouro-log",
@@ -126,7 +148,8 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
                 "heads": {"lineage": summary.lineage_head,
                           "observation": summary.observation_head},
                 "problems": list(summary.problems),
-                "rows": [asdict(row) for row in rows],
+                "rows": [{**asdict(row), **values.get(summary.name, {}).get(row.generation, {})}
+                         for row in rows],
             }
             for summary, rows in summaries
         ],
@@ -134,22 +157,27 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
     return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
-def export_text(summaries: Sequence[LineageSummary], fmt: str) -> str:
-    """One row per generation, ``lineage`` first, then ``COLUMNS`` (docs/export.md)."""
+def export_text(summaries: Sequence[LineageSummary], fmt: str,
+                probes: ProbeColumns | None = None) -> str:
+    """One row per generation, ``lineage`` first, then ``COLUMNS``, then the probes'
+    ``probe.<name>.<metric>`` columns, sorted (docs/export.md)."""
+    found = probes or {}
     if fmt == "jsonl":
         return "".join(
-            json_text(json.dumps({"lineage": summary.name, **asdict(row)}, ensure_ascii=False))
-            + "\n"
+            json_text(json.dumps({"lineage": summary.name, **asdict(row),
+                                  **found.get(summary.name, {}).get(row.generation, {})},
+                                 ensure_ascii=False)) + "\n"
             for summary in summaries for row in summary.rows
         )
+    extra = sorted({name for columns in found.values() for name in _probe_names(columns)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(("lineage", *COLUMNS))
+    writer.writerow(("lineage", *COLUMNS, *extra))
     for summary in summaries:
         for row in summary.rows:
-            values = asdict(row)
-            writer.writerow((summary.name, *("" if values[c] is None else values[c]
-                                              for c in COLUMNS)))
+            values = {**asdict(row), **found.get(summary.name, {}).get(row.generation, {})}
+            writer.writerow((summary.name, *("" if values.get(c) is None else values[c]
+                                              for c in (*COLUMNS, *extra))))
     return buffer.getvalue()
 
 
@@ -187,8 +215,22 @@ def _model_lines(record: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _probe_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per probe record of the generation: its metrics or its failure."""
+    lines = []
+    for record in probes:
+        metrics = record.get("metrics")
+        shown = (", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
+                           for k, v in sorted(metrics.items()))
+                 if record.get("failure") is None and isinstance(metrics, dict)
+                 else f"probe {record.get('probe')} failed: {record.get('failure')}")
+        lines.append(f"{shown} (digest {str(record.get('digest'))[:12]})")
+    return lines
+
+
 def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
-              born: BornUnder | None = None) -> str:
+              born: BornUnder | None = None,
+              probes: Sequence[Mapping[str, Any]] = ()) -> str:
     row = detail.row
     record = detail.record
     out = [
@@ -202,6 +244,7 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
         f"tokens {_number(row.tokens_in)} in / {_number(row.tokens_out)} out, "
         f"spend ${_number(row.spend_usd)}",
         *_model_lines(record),
+        *_probe_lines(probes),
         "",
         *kernel_lines(kernel_run(record), born, record is not None),
         "",
@@ -235,7 +278,8 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
 
 
 def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
-              born: BornUnder | None = None) -> str:
+              born: BornUnder | None = None,
+              probes: Sequence[Mapping[str, Any]] = ()) -> str:
     calls = []
     for call in _calls(detail.record):
         item = dict(call)
@@ -261,5 +305,6 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
         "model_stops": [asdict(stop) for stop in call_stops(detail.record)],
         "provider_failure": (asdict(failure) if (failure := failure_of(detail.record))
                              else None),
+        "probes": [dict(record) for record in probes],  # at each probe's current digest
     }
     return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")

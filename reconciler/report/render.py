@@ -39,12 +39,12 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-MARKERS = {"create": "+", "extend": "~", "recover": "~", "in-sync": "=", "ahead": "=",
+MARKERS = {"create": "+", "extend": "~", "recover": "~", "in-sync": "=", "ahead": "=", "done": "=",
            "refuse": "!"}
 _STYLES = {"create": "green", "extend": "yellow", "recover": "magenta", "in-sync": "dim",
-           "ahead": "cyan", "refuse": "bold red"}
+           "ahead": "cyan", "refuse": "bold red", "done": "green"}
 # Markdown shows refusals first: they are what a reviewer must act on.
-_MARKDOWN_ORDER = ("refuse", "recover", "create", "extend", "ahead", "in-sync")
+_MARKDOWN_ORDER = ("refuse", "recover", "create", "extend", "ahead", "done", "in-sync")
 
 
 def _money(value: Decimal) -> str:
@@ -61,6 +61,8 @@ def summary_line(plan: Plan) -> str:
         f"{counts.get('ahead', 0)} ahead",
         f"{counts.get('refuse', 0)} refused",
     ]
+    if counts.get("done"):
+        parts.insert(5, f"{counts['done']} done (spec.until)")
     return f"Plan: {', '.join(parts)}. Worst-case spend: {_money(plan.max_spend_usd)}"
 
 
@@ -105,7 +107,7 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
         if item.refusals:
             for refusal in item.refusals:
                 lines.append((f"      {refusal.reason}: {refusal.message}", None))
-        elif item.action in ("refuse", "recover", "ahead"):
+        elif item.action in ("refuse", "recover", "ahead", "done"):
             lines.append((f"      {item.message}", None))
         if _shows_kernel(plan, item):
             assert item.kernel is not None
@@ -114,6 +116,10 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
             lines.append((f"      ~ {_change_text(change)}", "yellow"))
         for note in item.notes:
             lines.append((f"      note: {note}", "dim"))
+        if item.measure.measurements:
+            lines.append((f"      measure: {item.measure.measurements} (generation, probe) "
+                          f"pair(s) of {item.measure.probes} probe(s), at most "
+                          f"{item.measure.cpu_seconds} CPU seconds", "cyan"))
     if lines:
         lines.append(("", None))
     lines.append((summary_line(plan), "bold"))
@@ -160,6 +166,12 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "running": item.running,
         # which kernel runs it; null: this ouro's own (a lineage to create, no pin)
         "kernel": item.kernel.as_json() if item.kernel is not None else None,
+        # probes' measurement work: (generation, probe) pairs without a record
+        "measure": item.measure.as_json(),
+        # action "done": the spec.until condition that holds (code: target-reached | plateau)
+        "until": None if item.until is None else {"code": item.until.code,
+                                                   "generation": item.until.generation,
+                                                   "message": item.until.message},
     }
 
 

@@ -36,6 +36,7 @@ from reconciler.errors import Problem, SpecError
 from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import API_VERSION, KIND, LineageSpec, places, units
 from reconciler.spec.files import FileRefused, read_limited
+from reconciler.spec.probes import ResolvedProbe, resolve
 
 __all__ = [
     "MAX_ALIAS_NODES",
@@ -74,6 +75,8 @@ class LoadedSpec:
     # birth; for an existing lineage unset means "its own" (reconciler.state.branches).
     declared_branch: str | None = None
     declared_observation_branch: str | None = None
+    # spec.probes with their files read once and their digests (reconciler.spec.probes)
+    probes: tuple[ResolvedProbe, ...] = ()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -642,7 +645,19 @@ def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
         sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
         declared_branch=storage.branch,
         declared_observation_branch=storage.observation_branch,
+        probes=_probes(document),
     )
+
+
+def _probes(document: _Document) -> tuple[ResolvedProbe, ...]:
+    """The spec's probes, files read (they were checked moments ago, at validation)."""
+    try:
+        return tuple(resolve(probe) for probe in document.spec.spec.probes)
+    except ValueError as error:
+        line, column = _mark(document.node)
+        raise SpecError([_problem(document.source.shown, line, column, "spec.probes",
+                                  f"{error}; run again once the probe's files are back")]
+                        ) from None
 
 
 def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],

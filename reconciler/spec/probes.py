@@ -41,6 +41,7 @@ __all__ = [
     "ProbeCeilingsSpec",
     "ProbeFiles",
     "ProbeSpec",
+    "ResolvedProbe",
     "UntilSpec",
     "check_probes",
     "check_until",
@@ -49,6 +50,7 @@ __all__ = [
     "digest_of",
     "probe_digest",
     "read_probe_files",
+    "resolve",
 ]
 
 MAX_PROBES = 32
@@ -291,3 +293,28 @@ def digest_body(run: list[str], files_tree: str | None,
     return {"run": list(run), "files": files_tree,
             "ceilings": {"wall_seconds": ceilings.wall, "cpu_seconds": ceilings.cpu,
                          "memory_bytes": ceilings.memory}}
+
+
+@dataclass(frozen=True)
+class ResolvedProbe:
+    """A probe as measured with: its files read once, so its digest is of what runs."""
+
+    name: str
+    run: tuple[str, ...]
+    files: ProbeFiles
+    ceilings: ProbeCeilingsSpec
+    body: dict[str, Any]  # digest_body(...)
+    digest: str
+
+    def describe(self) -> dict[str, Any]:
+        """The digest's ``probe.json``: its name when first measured, digest and body."""
+        return {"name": self.name, "digest": self.digest, "body": self.body}
+
+
+def resolve(probe: ProbeSpec) -> ResolvedProbe:
+    """Read the probe's files (``ValueError`` naming what cannot be read)."""
+    files = read_probe_files(probe.files) if probe.files is not None else ProbeFiles(())
+    tree = files.tree_id() if probe.files is not None else None
+    body = digest_body(probe.run, tree, probe.ceilings)
+    return ResolvedProbe(probe.name, tuple(probe.run), files, probe.ceilings, body,
+                         digest_of(body))

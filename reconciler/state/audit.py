@@ -65,6 +65,7 @@ from reconciler.state.audit_objects import (
     unreadable_reachable,
     unreadable_since,
 )
+from reconciler.state.probes import check_records
 
 __all__ = [
     "CODES",
@@ -113,6 +114,9 @@ CODES: Mapping[str, str] = {
     "observation-invalid": "an observation's schema or field types are invalid",
     "observation-rewritten": "the observation history modifies or deletes a recorded file",
     "overspend": "a generation's accounted model spend exceeds its recorded budget",
+    "probe-record-commit": "a probe record names another commit than its generation's",
+    "probe-record-digest": "a probe record's digest is not its probe's (argv, files, ceilings)",
+    "probe-record-invalid": "a probe record is not a JSON object",
     "object-unreadable": "an object reachable from a branch is missing or corrupt (git fsck "
                          "names it): restore it from a clone or a backup",
 }
@@ -817,6 +821,20 @@ def _run(audit: _Audit) -> None:
     audit.observation_history(obs_repo, obs_chain)
     files = audit.observation_files(obs_repo, obs_chain)
     audit.observations_against(repo, chain[-1].id, generations, files)
+    _probe_records(audit, generations)
+
+
+def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]]) -> None:
+    """The probe records (``reconciler.state.probes``): each names its generation's commit,
+    each digest is its probe's."""
+    commits = {number: str(oid) for number, (oid, _) in generations.items()}
+    for kind, number in check_records(audit.paths, commits):
+        if kind == "commit":
+            audit.find("probe-record-commit", number)
+        elif kind == "digest":
+            audit.find("probe-record-digest", number)
+        else:
+            audit.find("probe-record-invalid", number)
 
 
 def exception_class_name(error: BaseException) -> str | None:

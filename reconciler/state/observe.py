@@ -45,6 +45,8 @@ from reconciler.kernel.transaction.recovery import marker_alive
 from reconciler.state.audit_objects import damage_message, unreadable_newest
 from reconciler.state.branches import Recorded, names_another, recorded_branches
 from reconciler.state.holders import Holder, held_by
+from reconciler.state.probes import coverage as probe_coverage
+from reconciler.state.probes import metrics as probe_metrics
 
 __all__ = [
     "INTENT_MARKER",
@@ -127,6 +129,10 @@ class Observed:
     # An object the newest commits added does not read whole: nothing else was read, and
     # nothing may read the histories through libgit2 (``state.audit_objects``).
     newest_unreadable: bool = False
+    # digest -> generations with a probe record (``reconciler.state.probes``)
+    probe_coverage: dict[str, frozenset[int]] = field(default_factory=dict)
+    # digest -> generation -> metrics (None: a probe failure): what ``spec.until`` reads
+    probe_metrics: dict[str, dict[int, dict[str, Any] | None]] = field(default_factory=dict)
 
     @property
     def running(self) -> str | None:
@@ -977,6 +983,8 @@ def observe(paths: LineagePaths) -> Observed:
                        "observation": obs.branch if obs.head is not None else None},
         held_by=held_by(paths.git_dir),
         newest_unreadable=unreadable,
+        probe_coverage=probe_coverage(paths) if observations_exist and not unreadable else {},
+        probe_metrics=probe_metrics(paths) if observations_exist and not unreadable else {},
     )
 
 

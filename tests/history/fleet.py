@@ -169,6 +169,7 @@ def build_fleet(root: Path) -> Fleet:
     env["OURO_STATE_DIR"] = str(state)
     shutil.copy(REPO_ROOT / "specs" / "fleet.yaml", specs / "fleet.yaml")
     shutil.copytree(REPO_ROOT / "specs" / "replies", specs / "replies")
+    shutil.copytree(REPO_ROOT / "specs" / "probes", specs / "probes")
     scribe_replies = specs / "replies" / "scribe"
     story = write_spec(specs, "story", 3, provider="replay", replay=str(scribe_replies))
     _apply(env, specs / "fleet.yaml", story)

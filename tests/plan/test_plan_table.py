@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from reconciler.kernel.base.config import (
     constraints_manifest,
 )
 from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
+from reconciler.spec.probes import UntilSpec
 from reconciler.state.kernels import KernelFacts, StoredKernel
 from reconciler.state.observe import Interrupted, Observed, ReadProblem
 
@@ -59,6 +61,16 @@ class FakeSpec:
 
     def ceilings(self) -> Ceilings:
         return self.ceilings_config
+
+
+@dataclass(frozen=True)
+class UntilFakeSpec(FakeSpec):
+    """A spec with one probe ``p`` (digest ``d``) and ``spec.until`` on its metric ``m``."""
+
+    probes: tuple[Any, ...] = (SimpleNamespace(name="p", digest="d",
+                                               ceilings=SimpleNamespace(cpu=2)),)
+    spec: Any = field(default_factory=lambda: SimpleNamespace(spec=SimpleNamespace(until=[
+        UntilSpec(probe="p", metric="m", at_least=1)])))
 
 
 def record(model: ModelConfig | None = None, ceilings: Ceilings | None = None) -> dict[str, Any]:
@@ -126,6 +138,12 @@ ROWS = [
     Row("extend-three-of-five", FakeSpec(), {}, "extend", missing=2, says="runs 2 more"),
     Row("in-sync", FakeSpec(generations=3), {}, "in-sync", says="nothing to do"),
     Row("ahead", FakeSpec(generations=1), {}, "ahead", says="more than the 1"),
+    Row("done-when-until-holds", UntilFakeSpec(), {
+        "probe_metrics": {"d": {2: {"m": 1}}}, "probe_coverage": {"d": frozenset({1, 2, 3})}},
+        "done", says="target-reached: gen 2 measured p.m = 1"),
+    Row("extend-when-until-does-not-hold", UntilFakeSpec(), {
+        "probe_metrics": {"d": {2: {"m": 0}, 3: None}}}, "extend", missing=2,
+        says="runs 2 more"),
     Row("extend-dirty-worktree", FakeSpec(), {"dirty": True, "dirty_paths": ("a.txt",)},
         "extend", missing=2),
     Row("recover-roll-forward", FakeSpec(), {"interrupted": Interrupted(

@@ -23,9 +23,10 @@ def make_repo(git_dir: Path, generations: int = 1) -> list[str]:
     signature = pygit2.Signature("ouro", "ouro@invalid", 1_700_000_000, 0)
     parents: list[pygit2.Oid] = []
     commits: list[str] = []
+    body = ORGANISM
     for number in range(generations):
         builder = repo.TreeBuilder()
-        body = ORGANISM + b"(defun g%d () %d)\n" % (number, number)
+        body += b"(defun g%d () %d)\n" % (number, number)
         builder.insert("organism.el", repo.create_blob(body), pygit2.enums.FileMode.BLOB)
         oid = repo.create_commit("refs/heads/lineage-x", signature, signature,
                                  f"gen {number}", builder.write(), parents)

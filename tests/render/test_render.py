@@ -91,7 +91,7 @@ def test_json_document_is_stable() -> None:
     assert document["kind"] == "ouro-plan"
     assert document["instrument"] == {"commit": "a" * 40, "fingerprint": "b" * 64}
     assert document["summary"] == {"create": 1, "extend": 1, "recover": 1, "in-sync": 1,
-                                   "ahead": 1, "refuse": 1, "max_spend_usd": "4.50",
+                                   "ahead": 1, "refuse": 1, "done": 0, "max_spend_usd": "4.50",
                                    "exit_code": 1}
     assert [(i["name"], i["action"], i["missing_generations"]) for i in document["lineages"]] \
         == [("alpha", "create", 3), ("beta", "extend", 2), ("gamma", "in-sync", 0),

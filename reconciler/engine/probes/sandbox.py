@@ -139,7 +139,10 @@ def measure(*, git_dir: Path, commit: str, command: list[str], files: ProbeFiles
             argv = probe_argv(stage, probe, ceilings, seccomp_fd, command)
             scope = open_scope(ceilings, scope_name)
             try:
-                return _run(scope, argv, ceilings, seccomp_fd)
+                # The whole run on the thread that spawns it: bwrap's --die-with-parent
+                # is the death of that *thread*, which must outlive the sandbox.
+                return keyring.in_fresh_session_keyring(
+                    lambda: _run(scope, argv, ceilings, seccomp_fd))
             finally:
                 scope.close()
         finally:
@@ -147,10 +150,10 @@ def measure(*, git_dir: Path, commit: str, command: list[str], files: ProbeFiles
 
 
 def _start(scope: Scope, argv: list[str], seccomp_fd: int) -> subprocess.Popen[bytes]:
-    return keyring.in_fresh_session_keyring(lambda: scope.popen(
+    return scope.popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         close_fds=True, pass_fds=(seccomp_fd,), env={"PATH": life.SANDBOX_PATH}, cwd="/",
-        start_new_session=True))
+        start_new_session=True)
 
 
 def _read(scope: Scope, proc: subprocess.Popen[bytes],
@@ -220,6 +223,6 @@ def _verdict(out: bytes, status: int, stopped: str | None, ceilings: Ceilings,
     if status == 125:
         return None, "the generation's tree could not be unpacked into /work"
     if status != 0:
-        signal = f" (signal {status - 128})" if status > 128 else ""
+        signal = f" (signal {status - 128})" if 128 < status <= 192 else ""
         return None, f"exit status {status}{signal}"
     return output.parse_metrics(out)

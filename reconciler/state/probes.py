@@ -1,0 +1,246 @@
+"""Probe records: read from the observation repository's ``probes/<lineage branch>``.
+
+Rule: records live beside the observations, never on the observation branch (the
+original instrument's reader validates that branch and must keep doing so). The
+branch's tree is ``<digest>/probe.json`` (name, digest body), ``<digest>/files``
+(the probe's files as measured with, when it had any) and
+``<digest>/generations/<NNNNNN>.json`` (one record per generation). Reading never
+raises for a damaged branch: what cannot be read is not coverage (it is measured
+again only if its record is missing; ``ouro verify`` says what is wrong).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from reconciler.kernel.base import formats
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.spec.probes import digest_of
+
+__all__ = [
+    "BRANCH_PREFIX",
+    "ProbeRecord",
+    "check_records",
+    "columns",
+    "coverage",
+    "generation_commits",
+    "latest",
+    "metrics",
+    "probe_branch",
+    "record_name",
+    "records",
+]
+
+BRANCH_PREFIX = "probes/"
+GENERATIONS = "generations"
+PROBE_FILE = "probe.json"
+FILES = "files"
+_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+
+
+def probe_branch(lineage_branch: str) -> str:
+    return BRANCH_PREFIX + lineage_branch
+
+
+def record_name(generation: int) -> str:
+    return f"{generation:06d}.json"
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    digest: str
+    generation: int
+    record: dict[str, Any]  # as stored (``engine.probes.records`` writes it)
+    probe: dict[str, Any]  # the digest's probe.json
+
+
+def _repo(path: Path) -> pygit2.Repository | None:
+    try:
+        return pygit2.Repository(str(path), _NO_SEARCH)
+    except (pygit2.GitError, OSError):
+        return None
+
+
+def _head_tree(paths: LineagePaths) -> tuple[pygit2.Repository, pygit2.Tree] | None:
+    repo = _repo(paths.observations)
+    if repo is None:
+        return None
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
+        commit = repo.get(ref.target)
+        return (repo, commit.peel(pygit2.Tree)) if commit is not None else None
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+
+
+def _json(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
+    blob = repo.get(oid)
+    if not isinstance(blob, pygit2.Blob) or blob.size > 1 << 20:
+        return None
+    try:
+        return json.loads(bytes(blob.data).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _digests(repo: pygit2.Repository, tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Tree]]:
+    for item in tree:
+        if item.filemode == pygit2.enums.FileMode.TREE and item.name:
+            folder = repo.get(item.id)
+            if isinstance(folder, pygit2.Tree):
+                yield item.name, folder
+
+
+def _numbers(repo: pygit2.Repository, folder: pygit2.Tree) -> Iterator[tuple[int, pygit2.Oid]]:
+    if GENERATIONS not in folder:
+        return
+    generations = repo.get(folder[GENERATIONS].id)
+    if not isinstance(generations, pygit2.Tree):
+        return
+    for item in generations:
+        name = item.name or ""
+        stem = name.removesuffix(".json")
+        if name.endswith(".json") and stem.isdigit() and record_name(int(stem)) == name:
+            yield int(stem), item.id
+
+
+def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
+    """digest -> the generations it has a record of (empty: no branch, unreadable)."""
+    found = _head_tree(paths)
+    if found is None:
+        return {}
+    repo, tree = found
+    try:
+        return {digest: frozenset(n for n, _ in _numbers(repo, folder))
+                for digest, folder in _digests(repo, tree)}
+    except (pygit2.GitError, KeyError, ValueError):
+        return {}
+
+
+def records(paths: LineagePaths) -> list[ProbeRecord]:
+    """Every readable record, by digest then generation."""
+    found = _head_tree(paths)
+    if found is None:
+        return []
+    repo, tree = found
+    out: list[ProbeRecord] = []
+    for digest, folder in sorted(_digests(repo, tree)):
+        probe = _json(repo, folder[PROBE_FILE].id) if PROBE_FILE in folder else None
+        for number, oid in sorted(_numbers(repo, folder)):
+            record = _json(repo, oid)
+            if isinstance(record, dict):
+                out.append(ProbeRecord(digest, number, record,
+                                       probe if isinstance(probe, dict) else {}))
+    return out
+
+
+def generation_commits(paths: LineagePaths) -> list[str]:
+    """The lineage's generation commits, oldest first (index 0 is generation 1), read
+    from its git dir's branch (first parents). Empty when it cannot be read."""
+    repo = _repo(paths.git_dir)
+    if repo is None:
+        return []
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{paths.branch}").resolve()
+        commit = repo.get(ref.target)
+        found: list[str] = []
+        while isinstance(commit, pygit2.Commit):
+            if formats.is_generation_subject(commit.message.split("\n", 1)[0]):
+                found.append(str(commit.id))
+            commit = repo.get(commit.parent_ids[0]) if commit.parent_ids else None
+    except (pygit2.GitError, KeyError, ValueError):
+        return []
+    found.reverse()
+    return found
+
+
+def metrics(paths: LineagePaths) -> dict[str, dict[int, dict[str, Any] | None]]:
+    """digest -> generation -> its metrics (None: a probe failure or an unreadable record)."""
+    found: dict[str, dict[int, dict[str, Any] | None]] = {}
+    for item in records(paths):
+        value = item.record.get("metrics")
+        ok = item.record.get("failure") is None and isinstance(value, dict)
+        found.setdefault(item.digest, {})[item.generation] = value if ok else None
+    return found
+
+
+def _current_digests(paths: LineagePaths, names: set[str]) -> dict[str, str]:
+    """name -> the digest its newest record was measured at (a changed probe's old
+    results are history; a renamed one keeps its digest)."""
+    repo = _repo(paths.observations)
+    found: dict[str, str] = {}
+    if repo is None:
+        return found
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
+        for commit in repo.walk(ref.target, pygit2.enums.SortMode.TOPOLOGICAL):
+            words = commit.message.split(":", 1)[0].split()
+            if len(words) == 3 and words[0] == "probe" and words[1] not in found:
+                found[words[1]] = words[2]
+            if len(found) == len(names):
+                break
+    except (pygit2.GitError, KeyError, ValueError):
+        pass
+    return found
+
+
+def latest(paths: LineagePaths) -> dict[int, list[ProbeRecord]]:
+    """generation -> its records at each probe's current digest, by probe name."""
+    every = records(paths)
+    current = _current_digests(paths, {str(r.record.get("probe")) for r in every})
+    out: dict[int, list[ProbeRecord]] = {}
+    for item in sorted(every, key=lambda r: (r.generation, str(r.record.get("probe")))):
+        name = str(item.record.get("probe"))
+        if item.digest.startswith(current.get(name, "-")):
+            out.setdefault(item.generation, []).append(item)
+    return out
+
+
+def columns(paths: LineagePaths) -> dict[int, dict[str, Any]]:
+    """generation -> ``probe.<name>.<metric>`` -> value (docs/export.md)."""
+    out: dict[int, dict[str, Any]] = {}
+    for number, found in latest(paths).items():
+        row = out.setdefault(number, {})
+        for item in found:
+            metrics = item.record.get("metrics")
+            if item.record.get("failure") is None and isinstance(metrics, dict):
+                for metric, value in metrics.items():
+                    row[f"probe.{item.record.get('probe')}.{metric}"] = value
+    return out
+
+
+def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[tuple[str, int]]:
+    """``ouro verify``'s findings about the probe records (commit | digest | invalid,
+    generation): each names
+    its generation's commit of this lineage, and each digest is its probe.json's body's
+    (with the files tree stored beside it)."""
+    found: list[tuple[str, int]] = []
+    head = _head_tree(paths)
+    if head is None:
+        return found
+    repo, tree = head
+    for digest, folder in _digests(repo, tree):
+        probe = _json(repo, folder[PROBE_FILE].id) if PROBE_FILE in folder else None
+        probe = probe if isinstance(probe, dict) else {}
+        body = probe.get("body")
+        files = folder[FILES].id if FILES in folder else None
+        digest_ok = (isinstance(body, dict) and probe.get("digest") == digest
+                     and digest_of(body) == digest
+                     and body.get("files") == (str(files) if files is not None else None))
+        for number, oid in _numbers(repo, folder):
+            record = _json(repo, oid)
+            if not isinstance(record, dict):
+                found.append(("invalid", number))
+                continue
+            if not digest_ok or record.get("digest") != digest:
+                found.append(("digest", number))
+            if record.get("generation") != number or generations.get(number) is None \
+                    or record.get("commit") != generations[number]:
+                found.append(("commit", number))
+    return found

@@ -1,0 +1,125 @@
+"""Measuring what is missing: records on probes/<branch>, resumable, once per digest."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from reconciler.engine.probes.measure import measure_missing, missing_work
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.spec.probes import ProbeSpec, resolve
+from reconciler.state import probes as stored
+
+from .conftest import make_repo
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+
+COUNT = ("n=$(grep -c '^(defun' organism.el); "
+         "printf '{\"defuns\": %d, \"ok\": true}' \"$n\"")
+
+
+def lineage(tmp_path: Path, generations: int) -> tuple[LineagePaths, list[str]]:
+    commits = make_repo(tmp_path / "x.git", generations)
+    pygit2.init_repository(str(tmp_path / "x.observations"), bare=False)
+    paths = LineagePaths(worktree=tmp_path / "x", git_dir=tmp_path / "x.git",
+                         observations=tmp_path / "x.observations", branch="lineage-x",
+                         observation_branch="observations/lineage-x", name="x")
+    return paths, commits
+
+
+def probe(script: str = COUNT, name: str = "count") -> ProbeSpec:
+    return ProbeSpec.model_validate({"name": name, "run": ["/bin/sh", "-c", script],
+                                     "ceilings": {"wall": 20, "cpu": 10}})
+
+
+def branch_commits(paths: LineagePaths) -> list[str]:
+    repo = pygit2.Repository(str(paths.observations))
+    ref = repo.references.get(f"refs/heads/probes/{paths.branch}")
+    return [c.message.strip() for c in repo.walk(ref.target)] if ref else []
+
+
+def test_every_generation_is_measured_once_and_recorded(tmp_path: Path) -> None:
+    paths, commits = lineage(tmp_path, 3)
+    resolved = resolve(probe())
+    done = measure_missing(paths, [resolved], parallel=2)
+    assert (done.records, done.failures, done.errors) == (3, 0, [])
+    found = stored.records(paths)
+    assert [(r.generation, r.record["commit"], r.record["metrics"]) for r in found] == [
+        (n + 1, commits[n], {"defuns": 3 + n, "ok": True}) for n in range(3)]
+    assert {r.digest for r in found} == {resolved.digest}
+    assert found[0].probe == {"name": "count", "digest": resolved.digest,
+                              "body": resolved.body}
+    assert missing_work(paths, [resolved]) == []
+    assert measure_missing(paths, [resolved]).records == 0  # nothing twice
+    # the observation branch is untouched: records live on their own branch
+    repo = pygit2.Repository(str(paths.observations))
+    assert repo.references.get("refs/heads/observations/lineage-x") is None
+    assert len(branch_commits(paths)) == 3
+
+
+def test_a_changed_probe_is_a_new_digest_and_old_results_stay(tmp_path: Path) -> None:
+    paths, _ = lineage(tmp_path, 2)
+    old = resolve(probe())
+    assert measure_missing(paths, [old]).errors == []
+    new = resolve(probe(COUNT + " # v2"))
+    assert new.digest != old.digest
+    assert len(missing_work(paths, [old, new])) == 2
+    assert measure_missing(paths, [new]).records == 2
+    assert stored.coverage(paths) == {old.digest: frozenset({1, 2}),
+                                      new.digest: frozenset({1, 2})}
+    renamed = resolve(probe(COUNT, name="renamed"))  # a new name is the same measurement
+    assert missing_work(paths, [renamed]) == []
+
+
+def test_a_probe_failure_is_a_record(tmp_path: Path) -> None:
+    paths, _ = lineage(tmp_path, 1)
+    done = measure_missing(paths, [resolve(probe("echo nope; echo why >&2; exit 2"))])
+    assert (done.records, done.failures) == (1, 1)
+    (record,) = stored.records(paths)
+    assert record.record["failure"] == "exit status 2"
+    assert record.record["metrics"] is None and record.record["stderr_tail"] == "why\n"
+
+
+BACKFILL = """
+import sys
+from pathlib import Path
+from reconciler.engine.probes.measure import measure_missing
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.spec.probes import ProbeSpec, resolve
+root = Path(sys.argv[1])
+paths = LineagePaths(worktree=root / "x", git_dir=root / "x.git",
+                     observations=root / "x.observations", branch="lineage-x",
+                     observation_branch="observations/lineage-x", name="x")
+spec = ProbeSpec.model_validate({"name": "count", "run": ["/bin/sh", "-c", sys.argv[2]],
+                                 "ceilings": {"wall": 20, "cpu": 10}})
+print(measure_missing(paths, [resolve(spec)], parallel=2), flush=True)
+"""
+
+
+def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
+    paths, _ = lineage(tmp_path, 20)
+    resolved = resolve(probe())
+    for attempt in range(2):
+        child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
+                                 cwd=Path(__file__).resolve().parents[2],
+                                 start_new_session=True)
+        time.sleep(random.uniform(0.3, 1.5))
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        del attempt
+    before = len(stored.coverage(paths).get(resolved.digest, frozenset()))
+    done = measure_missing(paths, [resolved], parallel=2)
+    assert done.errors == [] and done.records == 20 - before
+    assert stored.coverage(paths) == {resolved.digest: frozenset(range(1, 21))}
+    messages = branch_commits(paths)
+    assert len(messages) == 20 and len(set(messages)) == 20  # each generation once
+    assert all(json.dumps(r.record["metrics"]) for r in stored.records(paths))
