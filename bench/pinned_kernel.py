@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What a pinned kernel costs: one generation through the kernel store's entry point
-(a subprocess, ``python -E -m ouro_kernel_<fingerprint>``) vs. the same kernel in-process.
+(a subprocess, ``python -I`` running ``ouro_kernel_<fingerprint>`` as
+``kernel.base.launch`` does) vs. the same kernel in-process.
 
 One command: `python bench/pinned_kernel.py [--rounds N]`.
 

@@ -126,6 +126,10 @@ def test_kernel_fetch_rebuilds_either_layout_from_git(tmp_path: Path) -> None:
     assert fetched.fingerprint == identity.fingerprint(new / "reconciler" / "kernel")
     assert old.fingerprint != fetched.fingerprint
     assert [row.damaged for row in engine_kernels.list_store(store, {})] == [None, None]
+    # prune removes the v1 entry no known lineage needs, and keeps the running one
+    gone = engine_kernels.prune(store, {}, keep=fetched.fingerprint)
+    assert [row.fingerprint for row in gone] == [old.fingerprint] and not old.path.exists()
+    assert store.get(fetched.fingerprint) is not None
 
     # a v1 kernel is its folder's own files: a sub-folder there was never its physics
     checkout = _old_ouro(tmp_path / "old-ouro")
