@@ -36,7 +36,7 @@ class _Payload:
 
 def test_a_job_folder_is_private_and_a_planted_result_is_refused(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
-    replies = write_replies(tmp_path / "replies", [SLOW_BODY.format(seconds=8)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8)])
     _with_executor(write_spec(specs, "sl-priv", 1, provider="replay", replay=str(replies)))
     old = os.umask(0o002)
     try:
@@ -45,8 +45,14 @@ def test_a_job_folder_is_private_and_a_planted_result_is_refused(
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     finally:
         os.umask(old)
-    _wait_for(lambda: (tmp_path / "state" / "events.jsonl").exists() and any(
-        e["event"] == "job-submitted" for e in _events(tmp_path)))
+    try:
+        _wait_for(lambda: process.poll() is not None or (
+            (tmp_path / "state" / "events.jsonl").exists() and any(
+                e["event"] == "job-submitted" for e in _events(tmp_path))))
+    finally:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"apply ended before its job ran: {out}{err}")
     job = next(e["executor_job"] for e in _events(tmp_path) if e["event"] == "job-submitted")
     jobs = tmp_path / "state" / "slurm-jobs"
     folder = jobs / job
