@@ -45,6 +45,9 @@ app = typer.Typer(
     help="Declarative lineages of self-modifying programs: plan and apply them.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help (click's): no `<bool>` after a flag, paragraphs re-wrapped to the terminal,
+    # each command's one-line summary whole (its short_help).
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, Select, StateDir
+from reconciler.cli.options import Json, Select, StateDir, one_of
 from reconciler.errors import ApplyError, OuroError
 
 if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
@@ -52,6 +52,21 @@ def _duration(text: str | None) -> float | None:
     except (ValueError, TypeError) as error:
         raise typer.BadParameter(f"{text!r}: {error} (e.g. 90s, 10m, 2h)",
                                  param_hint="--deadline") from error
+
+
+ExecutorOption = Annotated[str, typer.Option(
+    "--executor", callback=one_of(("local", "slurm")),
+    help="local (this host) or slurm (a job per lineage; docs/slurm.md)")]
+
+
+def _only_local_limits(executor: str, deadline: str | None,
+                       max_generations: int | None) -> None:
+    """--deadline and --max-generations with another executor are a usage error (exit 2)."""
+    if executor != "local" and (deadline is not None or max_generations is not None):
+        raise typer.BadParameter(
+            "--deadline and --max-generations count this host's generations; with "
+            f"--executor {executor} each job stops at its own time limit instead "
+            "(spec.executor.slurm.time): leave them out", param_hint="--executor")
 
 
 class _Terminal:
@@ -120,18 +135,14 @@ def apply_command(
     ] = False,
     as_json: Json = False,
     state_dir: StateDir = None,
-    executor: Annotated[
-        str,
-        typer.Option(
-            "--executor", help="local (this host) or slurm (a job per lineage; docs/slurm.md)"
-        ),
-    ] = "local",
+    executor: ExecutorOption = "local",
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
     from reconciler.engine.session import ApplyRequest
     from reconciler.report.apply import apply_json, apply_summary
     from reconciler.report.progress import LiveReporter, PlainReporter, SilentReporter
 
+    _only_local_limits(executor, deadline, max_generations)
     request = ApplyRequest(
         paths=tuple(paths),
         state_dir=state_dir,
@@ -174,4 +185,5 @@ def _applied(request: ApplyRequest, ui: _Terminal, reporter: PlainReporter, *,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("apply")(apply_command)
+    app.command("apply",
+                short_help='Run the missing generations until the specs are met.')(apply_command)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from reconciler.cli.options import one_of
 from reconciler.errors import OuroError
 
 
@@ -20,7 +21,8 @@ def doctor_command(
         help="spec files or folders: also check their providers' API keys (a free "
         "authenticated request to each)")] = None,
     executor: Annotated[str, typer.Option(
-        "--executor", help="local: this host; slurm: run the checks in a job on a node "
+        "--executor", callback=one_of(("local", "slurm")),
+        help="local: this host; slurm: run the checks in a job on a node "
         "(with the first spec's spec.executor.slurm settings)")] = "local",
 ) -> None:
     """Check bubblewrap, Emacs and curl in the sandbox, the ceiling backends, API keys."""
@@ -76,4 +78,4 @@ def _on_a_node(specs: list[Any]) -> list[Any]:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor_command)
+    app.command("doctor", short_help='Check that this host can run generations.')(doctor_command)

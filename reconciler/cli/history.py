@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, StateDir
+from reconciler.cli.options import Json, StateDir, one_of
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
@@ -110,7 +110,8 @@ def diff_command(
 
 def export_command(
     names: NamesArgument,
-    fmt: Annotated[str, typer.Option("--format", help="csv or jsonl")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", callback=one_of(("csv", "jsonl")),
+                                     help="csv or jsonl")] = "csv",
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write to FILE")] = None,
     specs: SpecsOption = None,
     state_dir: StateDir = None,
@@ -148,7 +149,8 @@ def export_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("log")(log_command)
-    app.command("show")(show_command)
-    app.command("diff")(diff_command)
-    app.command("export")(export_command)
+    app.command("log", short_help='One row per generation of a lineage.')(log_command)
+    app.command("show",
+                short_help='One generation in full: journal, diff, model calls.')(show_command)
+    app.command("diff", short_help="The diff between two generations' trees.")(diff_command)
+    app.command("export", short_help='The per-generation table, for pandas or R.')(export_command)

@@ -12,9 +12,11 @@ import typer
 from reconciler.cli.options import Json, StateDir
 from reconciler.errors import OuroError
 from reconciler.report.escape import terminal
+from reconciler.report.words import plural
 
 kernel_app = typer.Typer(
-    name="kernel", no_args_is_help=True,
+    name="kernel", no_args_is_help=True, rich_markup_mode=None,
+    short_help="The kernel store: list, fetch and prune kernels.",
     help="The kernel store: every kernel that births or extends a lineage, kept exactly.",
 )
 Specs = Annotated[
@@ -28,7 +30,7 @@ def _size(value: int) -> str:
     return f"{value / 1024:.0f} KiB" if value >= 1024 else f"{value} B"
 
 
-@kernel_app.command("list")
+@kernel_app.command("list", short_help='Every stored kernel and the lineages that need it.')
 def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir = None) -> None:
     """Every stored kernel: fingerprint, commits, the known lineages that need it, size."""
     from reconciler.engine.kernels import default_store, known_needs, list_store
@@ -40,7 +42,7 @@ def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir
                     "kernels": [row.as_json() for row in rows]}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
-    print(terminal(f"kernel store {store.root}: {len(rows)} kernel(s)"))
+    print(terminal(f"kernel store {store.root}: {plural(len(rows), 'kernel')}"))
     for row in rows:
         state = f"DAMAGED: {row.damaged}" if row.damaged else _size(row.size)
         commits = ", ".join(c[:12] for c in row.commits) or "—"
@@ -48,7 +50,7 @@ def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir
                        f"{state}  lineages: {', '.join(row.lineages) or 'none known'}"))
 
 
-@kernel_app.command("fetch")
+@kernel_app.command("fetch", short_help="Put COMMIT's kernel into the store.")
 def fetch_command(
     commit: Annotated[str, typer.Argument(help="the commit whose kernel to fetch")],
     source: Annotated[
@@ -73,7 +75,7 @@ def fetch_command(
     print(terminal(f"kernel {entry.fingerprint} of commit {entry.commit} is in {entry.path}"))
 
 
-@kernel_app.command("prune")
+@kernel_app.command("prune", short_help='Remove stored kernels no known lineage needs.')
 def prune_command(
     specs: Specs = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would go")] = False,
@@ -88,7 +90,7 @@ def prune_command(
     verb = "would remove" if dry_run else "removed"
     for row in removed:
         print(terminal(f"{verb} {row.fingerprint[:16]} ({', '.join(c[:12] for c in row.commits)})"))
-    print(f"{verb} {len(removed)} kernel(s)")
+    print(f"{verb} {plural(len(removed), 'kernel')}")
 
 
 def register(app: typer.Typer) -> None:

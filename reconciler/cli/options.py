@@ -5,6 +5,7 @@ Use them as parameter annotations: ``state_dir: StateDir = None``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -39,3 +40,15 @@ Select = Annotated[
                  help="only these lineages: a name, or a label selector as in kubectl "
                  "(team=evo,model!=gpt; 'tier in (a,b)'); repeatable, any may match"),
 ]
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """An option's callback: a value not among ``choices`` is a usage error (exit 2, with the
+    usage line), as every other bad value is."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return check

@@ -62,4 +62,4 @@ def plan_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan_command)
+    app.command("plan", short_help='Show what apply would do, changing nothing.')(plan_command)

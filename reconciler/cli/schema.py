@@ -15,4 +15,5 @@ def schema_command() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schema")(schema_command)
+    app.command("schema",
+                short_help='Print the JSON Schema of a spec (schema.json).')(schema_command)

@@ -78,4 +78,5 @@ class _Named:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("status")(status_command)
+    app.command("status",
+                short_help='What each lineage is now, and where it lives.')(status_command)

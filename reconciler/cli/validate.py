@@ -37,4 +37,4 @@ def validate(paths: SpecPaths, state_dir: StateDir = None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("validate")(validate)
+    app.command("validate", short_help='Check specs: every problem, with its place.')(validate)

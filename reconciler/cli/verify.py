@@ -48,4 +48,4 @@ def verify_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_command)
+    app.command("verify", short_help='Audit both repositories of each lineage.')(verify_command)

@@ -47,4 +47,4 @@ def view_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("view")(view_command)
+    app.command("view", short_help='Serve a read-only web view of the fleet.')(view_command)

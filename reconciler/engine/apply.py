@@ -32,22 +32,29 @@ from tenacity import (
 from reconciler.engine import kernels as engine_kernels
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
-from reconciler.engine.probe import Prober
+from reconciler.engine.probe import Prober, ProbeResult, probe
 from reconciler.engine.probes.measure import measure_missing
 from reconciler.errors import ApplyError, OuroError, host_fault
 from reconciler.kernel.base import errors as kernel_errors
-from reconciler.kernel.base.config import Identity, LineagePaths
+from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
 from reconciler.kernel.base.formats import DASH
+from reconciler.kernel.broker.providers import replay_files
 from reconciler.plan import LineagePlan, Refusal, plan_lineage
-from reconciler.plan.continuation import decide
+from reconciler.plan.continuation import (
+    Stop,
+    decide,
+    probe_first,
+    provider_unavailable,
+    replay_exhausted,
+)
 from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
 from reconciler.state.kernels import KernelStore
-from reconciler.state.observe import Observed, failed_streak, observe
+from reconciler.state.observe import Observed, failed_streak, observe, replay_cursor
 from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4
@@ -202,6 +209,10 @@ class Engine:
     prober: Prober | None = None  # None: --no-probe
     store: KernelStore | None = None  # the kernel store (None: the default state dir's)
     probe_parallel: int = 1  # measurements at a time (apply's --parallel)
+    # After a generation whose every call failed retryably, the provider is probed again
+    # (uncached, even under --no-probe) before the next one starts.
+    recheck: Callable[[ModelConfig, str | None], ProbeResult] = field(
+        default_factory=lambda: probe)
 
     def kernel_store(self) -> KernelStore:
         if self.store is None:
@@ -299,8 +310,9 @@ class Engine:
                             kernel.birth(paths)
                     self.events.emit("created", lineage=spec.name, path=str(paths.worktree),
                                      kernel=kernel.ran_with["kernel"])
-                if kernel is not None:
-                    self._run_generations(spec, current, result, api_key, kernel)
+                if kernel is not None:  # (the newest failure: a probe may come first)
+                    self._run_generations(spec, current, result, api_key, kernel, (
+                        observed.last_observation or {}).get("provider_failure"))
                 else:
                     self.reporter.lineage_started(spec.name, current.observed_generations,
                                                   current.desired_generations)
@@ -353,10 +365,50 @@ class Engine:
             f"{found.remedy or 'fix the provider'} (or pass --no-probe)")
         return True
 
+    def _still_down(self, spec: LoadedSpec, done: int, failure: Any,
+                    api_key: str | None) -> Stop | None:
+        """Before generation ``done + 1``: when generation ``done`` had every call fail
+        retryably, probe the provider; the stop if it still does not answer, else None. A
+        replay lineage stops when ``done`` asked for a reply its folder does not have."""
+        if not done or not isinstance(failure, dict):
+            return None
+        model = spec.model()
+        if model.provider == "replay" and model.replay_dir is not None:
+            try:
+                replies = len(replay_files(model.replay_dir))
+            except OSError:  # the generation's own check says what is wrong with the folder
+                return None
+            return replay_exhausted(done, failure, str(model.replay_dir), replies,
+                                    replay_cursor(spec_paths(spec), done))
+        if not probe_first(failure):
+            return None
+        try:
+            found = self.recheck(model, api_key)
+        except Exception as error:  # a bug in the probe must not stop a lineage
+            self.reporter.note(f"{spec.name}: the probe failed ({type(error).__name__})")
+            return None
+        self.events.emit("probe", lineage=spec.name, after_generation=done,
+                         code=found.code, http_status=found.http_status, message=found.message)
+        if found.ok and (found.http_status or 0) < 500:
+            self.reporter.note(f"{spec.name}: every model call of gen {done} failed; the "
+                               f"provider answers now ({found.code}): going on")
+            return None
+        return provider_unavailable(done, failure, found.message, found.remedy)
+
+    def _stopped(self, spec: LoadedSpec, result: LineageResult, done: int, stop: Stop,
+                 *, before_next: bool = False) -> None:
+        where = f"before gen {done + 1}" if before_next else f"after gen {done}"
+        result.stopped = stop.code
+        result.errors.append(f"ouro: lineage {spec.name} stopped {where}: {stop.message}")
+        self.events.emit("lineage-stopped", lineage=spec.name, generation=done,
+                         reason=stop.code, message=stop.message)
+
     def _run_generations(
         self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
-        kernel: engine_kernels.LineageKernel,
+        kernel: engine_kernels.LineageKernel, previous: Any = None,
     ) -> None:
+        """The missing generations, one at a time; ``previous``: the provider failure the
+        newest generation recorded (a probe comes first if it says the provider was down)."""
         from reconciler.kernel.transaction import generation
 
         paths = spec_paths(spec)
@@ -370,6 +422,10 @@ class Engine:
         streak = failed_streak(paths, done, max_failed) if done else 0
         self.reporter.lineage_started(spec.name, done, desired)
         while done < desired:
+            down = self._still_down(spec, done, previous, api_key)
+            if down is not None:
+                self._stopped(spec, result, done, down, before_next=True)
+                return
             if not self.limits.take_generation():
                 return
             number = done + 1
@@ -379,12 +435,8 @@ class Engine:
                 for attempt in _retrying():
                     with attempt:
                         outcome = kernel.generation(
-                            paths=paths,
-                            model=model,
-                            ceilings=ceilings,
-                            api_key=api_key,
-                            provenance=provenance,
-                            cancel=self.limits.cancel,
+                            paths=paths, model=model, ceilings=ceilings, api_key=api_key,
+                            provenance=provenance, cancel=self.limits.cancel,
                             on_event=self._retry_listener(spec.name, number),
                         )
             except generation.GenerationCancelled:
@@ -392,24 +444,19 @@ class Engine:
                 self.reporter.note(f"{spec.name}: gen {number} stopped; nothing was published")
                 return
             done = outcome.generation
-            failure = outcome.provider_failure
+            previous = failure = outcome.provider_failure
             streak = streak + 1 if failed_every_call(failure) else 0
             result.generations_run += 1
             result.outcomes[outcome.status] += 1
             result.spend_usd += outcome.accounted_usd
             if failure is not None:
                 result.model_failures += 1
-                result.last_model_failure = failure
+                result.last_model_failure = dict(failure, generation=done)
             self.events.emit(
-                "generation",
-                lineage=spec.name,
-                generation=outcome.generation,
-                status=outcome.status,
-                outcome=outcome.outcome,
-                lineage_commit=outcome.lineage_commit,
-                spend_usd=str(outcome.accounted_usd),
-                kernel=kernel.source,
-                provider_failure=failure,
+                "generation", lineage=spec.name, generation=outcome.generation,
+                status=outcome.status, outcome=outcome.outcome,
+                lineage_commit=outcome.lineage_commit, spend_usd=str(outcome.accounted_usd),
+                kernel=kernel.source, provider_failure=failure,
                 usage_exceeds_request=outcome.usage_exceeds_request,
             )
             shown = outcome.outcome + (f" {DASH} {failure['message']}" if failure else "")
@@ -421,12 +468,7 @@ class Engine:
                           max_failed=max_failed, model=model.name,
                           variable=model.api_key_env if api_key else None)  # a key sent
             if stop is not None:
-                result.stopped = stop.code
-                result.errors.append(
-                    f"ouro: lineage {spec.name} stopped after gen {done}: {stop.message}"
-                )
-                self.events.emit("lineage-stopped", lineage=spec.name, generation=done,
-                                 reason=stop.code, message=stop.message)
+                self._stopped(spec, result, done, stop)
                 return
             if self.limits.cancel.is_set():
                 return

@@ -65,4 +65,7 @@ class AuditBatches:
                         for f in lineage.findings
                     ],
                 }
+                if lineage.status == "unknown":  # why: the audit's outcome, for the summary
+                    verdicts[lineage.lineage]["why"] = ("interrupted" if interrupted
+                                                        else report.outcome)
         return verdicts

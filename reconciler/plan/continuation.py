@@ -13,6 +13,13 @@ generations that ran: they are history.
     usage above what the request could cost -> stop (the spend is recorded as reported)
     K generations in a row whose every call failed (K = max_failed_generations)
                                         -> stop
+
+Before the next generation (``probe_first``): when the last one had every call
+fail with a retryable error, apply probes the provider (``engine.probe``, even
+under --no-probe) and, if it does not answer, stops the lineage there
+(``provider_unavailable``) instead of spending a generation on an outage. A
+replay lineage whose last generation asked for a reply its folder does not have
+stops there too (``replay_exhausted``), until replies are added.
 """
 
 from __future__ import annotations
@@ -23,14 +30,19 @@ from typing import Any
 
 from reconciler.kernel.base.failures import STOPPING_CODES, failed_every_call
 
-__all__ = ["Stop", "decide", "failure_note"]
+__all__ = ["PROVIDER_UNAVAILABLE", "REPLAY_EXHAUSTED", "Stop", "decide", "failure_note",
+           "probe_first", "provider_unavailable", "replay_exhausted"]
+
+PROVIDER_UNAVAILABLE = "provider-unavailable"
+REPLAY_EXHAUSTED = "replay-exhausted"
 
 
 @dataclass(frozen=True)
 class Stop:
     """Apply stops the lineage: ``code`` for the record, ``message`` says why and the remedy."""
 
-    code: str  # the failure code, "usage-exceeds-request" or "failed-generations"
+    code: str  # the failure code, usage-exceeds-request, failed-generations or
+    # provider-unavailable
     message: str
 
 
@@ -75,11 +87,44 @@ def decide(failure: Mapping[str, Any] | None, usage_exceeds_request: bool, *,
                     "provider and base_url before spending more, then run apply again")
     if failure and failed_every_call(failure) and failed_in_a_row >= max_failed:
         return Stop("failed-generations",
-                    f"{failed_in_a_row} generations in a row had every model call fail "
+                    f"{failed_in_a_row} generation{'s' * (failed_in_a_row != 1)} in a row had "
+                    "every model call fail "
                     f"(last: {failure.get('code')}, {_status(failure)}; max_failed_generations "
                     f"{max_failed}): check that the provider is up and reachable, then run "
                     "apply again")
     return None
+
+
+def probe_first(failure: Mapping[str, Any] | None) -> bool:
+    """Did every model call of the last generation fail with a retryable error (an outage,
+    a refused connection, 5xx)? Then the provider is probed before the next one starts."""
+    return failure is not None and failed_every_call(failure) \
+        and failure.get("retryable") is True
+
+
+def provider_unavailable(number: int, failure: Mapping[str, Any], found: str,
+                         remedy: str) -> Stop:
+    """The stop before generation ``number + 1``: the probe after generation ``number``
+    (whose every call failed) found the provider still unavailable."""
+    return Stop(PROVIDER_UNAVAILABLE,
+                f"every model call of gen {number} failed ({failure.get('code')}, "
+                f"{_status(failure)}) and the provider still does not answer ({found}): "
+                f"{remedy or 'check that the provider is up and reachable'}; nothing more was "
+                "run, then run apply again")
+
+
+def replay_exhausted(number: int, failure: Mapping[str, Any] | None, folder: str,
+                     replies: int, used: int | None) -> Stop | None:
+    """The stop before generation ``number + 1`` of a replay lineage: generation ``number``
+    asked for a reply the folder does not have, and no reply has been added since."""
+    if not failure or failure.get("code") != "replay_exhausted" \
+            or failure.get("reason") != "replay_exhausted" \
+            or (used is not None and used < replies):
+        return None
+    return Stop(REPLAY_EXHAUSTED,
+                f"replay folder {folder} has {replies} repl{'y' if replies == 1 else 'ies'}, "
+                f"all used; generation {number + 1} has none (gen {number} asked for another): "
+                "add replies to the folder or lower spec.generations, then run apply again")
 
 
 def failure_note(number: int, failure: Mapping[str, Any] | None) -> str | None:
@@ -89,4 +134,9 @@ def failure_note(number: int, failure: Mapping[str, Any] | None) -> str | None:
     message = failure.get("message") or "model unavailable"
     code = failure.get("code")
     retry = "retryable" if failure.get("retryable") else "final"
-    return f"gen {number}: {message}: {code}, {retry}"
+    then = (f"; apply probes the provider before gen {number + 1} and stops the lineage if it "
+            "does not answer") if probe_first(failure) else ""
+    if failure.get("reason") == "replay_exhausted":
+        then = (f"; the replay folder has no reply for gen {number + 1}: apply stops the "
+                "lineage until replies are added")
+    return f"gen {number}: {message}: {code}, {retry}{then}"

@@ -491,6 +491,10 @@ def _failure_notes(last: dict[str, Any] | None, have: int) -> list[str]:
     return [note] if note else []
 
 
+def _generations(count: int) -> str:
+    return f"{count} generation" + ("" if count == 1 else "s")
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
                  kernel: KernelFactsLike | None = None) -> LineagePlan:
@@ -545,7 +549,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
         return result(
             "create",
             f"lineage {name}: none of its places exist; apply creates it and runs "
-            f"{desired} generation(s)",
+            f"{_generations(desired)}",
             missing=desired,
         )
     if observed.interrupted is not None:
@@ -553,7 +557,8 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
         missing = max(0, desired - after)
         now = running or observed.interrupted.detail  # another apply's work is no leftover
         return result(
-            "recover", f"lineage {name}: {now}; then {missing} more generation(s)",
+            "recover", f"lineage {name}: {now}; then {missing} more "
+            f"{'generation' if missing == 1 else 'generations'}",
             missing=missing,
         )
     if (stop := until_of(spec, observed, have) if have < desired else None) is not None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["CallStop", "Failure", "call_stops", "failure_of"]
+__all__ = ["CallStop", "Failure", "call_stops", "failure_of", "reservation"]
 
 MAX_TEXT = 600  # a recorded text beyond this many characters is cut (and says so)
 
@@ -114,3 +115,28 @@ def failure_of(record: Mapping[str, Any] | None) -> Failure | None:
         retryable=retryable if isinstance(retryable, bool) else None,
         every_call_failed=value.get("every_call_failed") is True,
     )
+
+
+def _usd(value: Any) -> Decimal | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        return None
+    return amount if amount.is_finite() and amount >= 0 else None
+
+
+def reservation(call: Mapping[str, Any]) -> str:
+    """What a call held of the budget, as a person should read it: each attempt reserves its
+    worst case and returns it when it ends, so a retried call's recorded ``reserved_usd``
+    (the sum over its attempts) is never held at once. Shown: the peak, said to be one."""
+    attempts = call.get("attempts")
+    amounts = [amount for attempt in (attempts if isinstance(attempts, list) else [])
+               if isinstance(attempt, Mapping)
+               and (amount := _usd(attempt.get("reserved_usd"))) is not None]
+    if len(amounts) > 1:
+        return (f"{max(amounts)} at most at once (the peak of {len(amounts)} attempts, each "
+                "returned when it ended)")
+    total = _usd(call.get("reserved_usd"))
+    return str(total) if total is not None else "none"

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from reconciler.report.calls import call_stops, failure_of
+from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.escape import json_text, terminal
 from reconciler.report.physics import kernel_json, kernel_lines
+from reconciler.report.words import plural
 from reconciler.state.history import FileDiff, GenerationDetail
 from reconciler.state.ran_with import BornUnder, kernel_run
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
@@ -45,9 +46,12 @@ def safe(text: str) -> str:
     return terminal(text)
 
 
+NONE = "\u2014"  # an em dash in a table cell: the generation recorded no such value
+
+
 def _size(value: int | None) -> str:
     if value is None:
-        return "—"
+        return NONE
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if value >= 1 << shift:
             return f"{value / (1 << shift):.1f}{unit}"
@@ -55,7 +59,7 @@ def _size(value: int | None) -> str:
 
 
 def _number(value: float | int | str | None, fmt: str = "{}") -> str:
-    return "—" if value is None else fmt.format(value)
+    return NONE if value is None else fmt.format(value)
 
 
 def outcome_of(row: GenerationRow) -> str:
@@ -74,7 +78,7 @@ def outcome_of(row: GenerationRow) -> str:
 
 def _diffstat(row: GenerationRow) -> str:
     if row.organism_added is None or row.organism_deleted is None:
-        return "—"
+        return NONE
     paths = f" {row.paths_changed}p" if row.paths_changed is not None else ""
     return f"+{row.organism_added}/-{row.organism_deleted}{paths}"
 
@@ -114,9 +118,10 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
     for summary, rows in summaries:
         edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
         out.append(
-            f"{summary.name}: {summary.generations} generations, "
-            f"{summary.outcomes['died']} died, {summary.model_failures} model failures, "
-            f"{edits} external edits, ${summary.spend_usd} spent"
+            f"{summary.name}: {plural(summary.generations, 'generation')}, "
+            f"{summary.outcomes['died']} died, "
+            f"{plural(summary.model_failures, 'model failure')}, "
+            f"{plural(edits, 'external edit')}, ${summary.spend_usd} spent"
         )
         extra = _probe_names(probes.get(summary.name, {}) if probes else {})
         values = probes.get(summary.name, {}) if probes else {}
@@ -127,6 +132,9 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
         for line in table:
             out.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line))
                        .rstrip())
+        if any(NONE in line for line in table[1:]):
+            out.append(f"  ({NONE}: not recorded: no usage reported, a death before the diff, "
+                       "no observation)")
         for problem in summary.problems:
             out.append(f"  problem: {problem}")
     return safe("\n".join(out) + "\n")
@@ -239,8 +247,9 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
         f"started {row.started_at or '—'}; wall {_number(row.wall_seconds, '{:.2f}')} s; "
         f"cpu {_number(row.cpu_seconds, '{:.2f}')} s; peak memory {_size(row.memory_peak_bytes)}",
         f"organism {_size(row.organism_bytes)}, {_diffstat(row)}; "
-        f"{row.external_edits_before} external edits before it",
-        f"model {row.provider or '—'}/{row.model or '—'}: {_number(row.model_calls)} calls, "
+        f"{plural(row.external_edits_before, 'external edit')} before it",
+        f"model {row.provider or NONE}/{row.model or NONE}: "
+        f"{plural(row.model_calls, 'call') if row.model_calls is not None else NONE + ' calls'}, "
         f"tokens {_number(row.tokens_in)} in / {_number(row.tokens_out)} out, "
         f"spend ${_number(row.spend_usd)}",
         *_model_lines(record),
@@ -264,7 +273,7 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
         index = call.get("request_index", "?")
         out += ["", f"## model call {index}: http {call.get('http_status')}, "
                     f"error {call.get('error') or '—'}, "
-                    f"reserved ${call.get('reserved_usd')}, accounted ${call.get('accounted_usd')}",
+                    f"reserved ${reservation(call)}, accounted ${call.get('accounted_usd')}",
                 stop.summary()]
         if stop.error_detail:
             out.append(f"provider said: {stop.error_detail}")
@@ -273,7 +282,11 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
     if record is not None:
         constraints = record.get("constraints")
         out += ["", "## ceilings (as disclosed and enforced)",
-                json.dumps(constraints, indent=2, ensure_ascii=False) if constraints else "—"]
+                json.dumps(constraints, indent=2, ensure_ascii=False) if constraints else NONE]
+    facts = out[:8] + [line for index, line in enumerate(out) if index and (
+        line.startswith("## model call") or out[index - 1].startswith("## model call"))]
+    if any(NONE in line for line in facts):  # (the journal's own dashes are not meant)
+        out.insert(1, f"({NONE}: not recorded for this generation)")
     return safe("\n".join(out) + "\n")
 
 

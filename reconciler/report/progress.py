@@ -18,6 +18,7 @@ from rich.table import Table
 
 from reconciler.engine.apply import LineageResult
 from reconciler.report.escape import rich_text, terminal
+from reconciler.report.words import plural
 
 
 class PlainReporter:
@@ -32,7 +33,7 @@ class PlainReporter:
             print(terminal(text), file=self.stream, flush=True)
 
     def lineage_started(self, name: str, done: int, desired: int) -> None:
-        self._say(f"{name}: {done} of {desired} generations; running {desired - done}")
+        self._say(f"{name}: {done} of {plural(desired, 'generation')}; running {desired - done}")
 
     def generation_started(self, name: str, number: int, desired: int) -> None:
         self._say(f"{name}: gen {number} of {desired} ...")
@@ -49,12 +50,16 @@ class PlainReporter:
                   f"({event.get('attempt')}/{event.get('of')})")
 
     def lineage_finished(self, result: LineageResult) -> None:
-        for refusal in result.refusals:
-            self._say(f"{result.name}: refused ({refusal.reason}): {refusal.message}")
-        if result.refusal and not result.refusals:
-            self._say(f"{result.name}: refused: {result.refusal}")
-        for error in result.errors:
-            self._say(f"{result.name}: error: {error}")
+        """One line per lineage as it ends; its refusal and errors are said once, in the
+        summary on stdout (pointed to here, not repeated)."""
+        if result.refusals or result.refusal:
+            reasons = ", ".join(r.reason for r in result.refusals) or "see the summary"
+            self._say(f"{result.name}: refused ({reasons}); the summary says why")
+        if result.stopped:
+            self._say(f"{result.name}: stopped ({result.stopped}); the summary says why")
+        elif result.errors:
+            self._say(f"{result.name}: {plural(len(result.errors), 'error')}; the summary "
+                      "says what")
         if result.generations_run:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items()))
             self._say(

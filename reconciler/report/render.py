@@ -18,6 +18,7 @@ from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernels import KernelChoice
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
+from reconciler.report.words import plural
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -68,11 +69,12 @@ def summary_line(plan: Plan) -> str:
 
 def _numbers(item: LineagePlan) -> str:
     if item.action in ("create", "extend", "recover"):
-        return (f"{item.observed_generations} -> {item.desired_generations} generations "
+        return (f"{item.observed_generations} -> "
+                f"{plural(item.desired_generations, 'generation')} "
                 f"(+{item.missing_generations}, up to {_money(item.max_spend_usd)})")
     if item.action == "refuse":
-        return f"{item.observed_generations} generations observed"
-    return f"{item.observed_generations}/{item.desired_generations} generations"
+        return f"{plural(item.observed_generations, 'generation')} observed"
+    return f"{item.observed_generations}/{plural(item.desired_generations, 'generation')}"
 
 
 def _labels(labels: Mapping[str, str]) -> str:
@@ -275,6 +277,7 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "heads": {"lineage": line.report.lineage_head,
                           "observation": line.report.observation_head},
                 "problems": list(line.report.problems),
+                "generation_running": list(line.report.generation_running),
                 "labels": dict(sorted(line.labels.items())),
                 "places": line.places(),
                 "running": line.running,
@@ -295,10 +298,14 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         report = line.report
         outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
         deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
-        console.print(rich_text(f"{line.name}: {report.generations} generations ({outcomes})"),
+        console.print(rich_text(f"{line.name}: {plural(report.generations, 'generation')} "
+                                f"({outcomes})"),
                       style="bold")
         if line.running:
             console.print(rich_text(f"  {line.running}"), style="yellow")
+        else:  # a running generation's own marker, when no lock holder is known
+            for running in report.generation_running:
+                console.print(rich_text(f"  running: {running}"), style="yellow")
         if line.labels:
             console.print(rich_text(f"  labels: {_labels(line.labels)}"))
         places = line.places()
@@ -309,7 +316,8 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         if deaths:
             console.print(rich_text(f"  deaths: {deaths}"))
         if report.model_failures:
-            console.print(rich_text(f"  model failed in {report.model_failures} generation(s)"))
+            console.print(rich_text(
+                f"  model failed in {plural(report.model_failures, 'generation')}"))
         last = report.last_model_failure
         if last is not None:
             console.print(rich_text(
@@ -317,9 +325,10 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
                 f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
                 style="red")
         console.print(rich_text(f"  accounted model spend: ${report.accounted_usd}"))
-        console.print(rich_text(f"  last journal entry: {report.last_journal_heading or '—'}"))
-        console.print(rich_text(f"  heads: lineage {report.lineage_head or '—'}, "
-                             f"observations {report.observation_head or '—'}"))
+        console.print(rich_text("  last journal entry: "
+                                f"{report.last_journal_heading or 'none yet'}"))
+        console.print(rich_text(f"  heads: lineage {report.lineage_head or 'none yet'}, "
+                                f"observations {report.observation_head or 'none yet'}"))
         if line.kernel is not None:
             console.print(rich_text(f"  kernel: {line.kernel.message}"),
                           style="red" if line.kernel.source is None else None)

@@ -19,6 +19,7 @@ from typing import Any
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.continuation import decide
 from reconciler.report.calls import MAX_TEXT
+from reconciler.report.words import plural
 from reconciler.spec.models import ModelSpec
 from reconciler.state.history import record
 from reconciler.state.observe import failed_streak
@@ -87,6 +88,6 @@ def lineage_stop(paths: LineagePaths, summary: LineageSummary,
         known = (f" (it stops at {model.max_failed_generations})" if model is not None
                  else " (whether apply stops it depends on the spec's "
                       "max_failed_generations, not known here)")
-        return Stopped(newest, None, f"the last {streak} generation(s) had every model call "
-                                     f"fail{known}", streak, model is not None)
+        return Stopped(newest, None, f"the last {plural(streak, 'generation')} had every model "
+                                     f"call fail{known}", streak, model is not None)
     return None

@@ -1010,6 +1010,21 @@ def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
     return count
 
 
+def replay_cursor(paths: LineagePaths, newest: int) -> int | None:
+    """The replies a replay lineage has used through generation ``newest`` (its
+    observation's ``replay_cursor``), or None when unknown. Never raises."""
+    try:
+        repo = _open(paths.observations)
+        head = _branch_target(repo, paths.observation_branch) if repo is not None else None
+        if repo is None or head is None or newest < 1:
+            return None
+        record = _json_blob(repo, head.tree, formats.observation_path(newest))
+    except (pygit2.GitError, KeyError, ValueError, OSError, _NewestUnreadable):
+        return None
+    value = record.get("replay_cursor") if isinstance(record, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 # ---------------------------------------------------------------- status (O(history))
 
 
@@ -1028,6 +1043,7 @@ class StatusReport:
     problems: tuple[str, ...]
     model_failures: int = 0  # generations whose observation records a provider_failure
     last_model_failure: dict[str, Any] | None = None  # the newest generation's, if it failed
+    generation_running: tuple[str, ...] = ()  # a generation running now (not a problem)
 
 
 def read_status(paths: LineagePaths, observed: Observed,
@@ -1047,7 +1063,10 @@ def read_status(paths: LineagePaths, observed: Observed,
     )
     summary = Totals(0, {}, {}, 0, Decimal(0), None, None, None) if observed.newest_unreadable \
         else totals(read, cache_dir, newest_checked=True)  # else: read nothing
-    problems = [p.message for p in observed.problems] + list(summary.problems)
+    # a generation running now is not a problem: status shows it as running
+    problems = [p.message for p in observed.problems if p.code != "generation-running"] \
+        + list(summary.problems)
+    running = tuple(p.message for p in observed.problems if p.code == "generation-running")
     return StatusReport(
         generations=summary.generations if summary.lineage_head else observed.generations,
         outcomes=summary.outcomes,
@@ -1058,6 +1077,7 @@ def read_status(paths: LineagePaths, observed: Observed,
         observation_head=observed.observation_head,
         observed_generations=observed.observed_generations,
         problems=tuple(dict.fromkeys(problems)),
+        generation_running=running,
         model_failures=summary.model_failures,
         last_model_failure=_last_failure(observed.last_observation),
     )

@@ -194,7 +194,10 @@ def test_lock_timeout_names_the_holder(specs: Path, env: dict[str, str], tmp_pat
     with LineageLock("iota", paths.git_dir, timeout=1):
         result = run_ouro("apply", "--yes", "--lock-timeout", "0.5", str(specs), env=env)
     assert result.returncode == 1
-    assert f"held by another apply (pid {os.getpid()}" in result.stderr
+    # said once, in the summary on stdout; the progress on stderr points to it
+    assert f"held by another apply (pid {os.getpid()}" in result.stdout
+    assert "held by another apply" not in result.stderr
+    assert "iota: 1 error; the summary says what" in result.stderr
 
 
 def _wait_for(predicate: object, timeout: float = 60) -> None:
@@ -276,7 +279,8 @@ def test_a_refusal_seen_while_another_apply_works_is_confirmed_under_the_lock(
     assert process.returncode == code, seen + out + err
     assert_invariant(paths, 1)
     if code:
-        assert "changed while this apply was planning" in err
+        assert "changed while this apply was planning" in out  # the summary, said once
+        assert "changed while this apply was planning" not in err
 
 
 def test_observations_record_the_spec_and_its_git_commit(specs: Path, env: dict[str, str],

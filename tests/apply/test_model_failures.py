@@ -9,6 +9,10 @@ max_failed_generations in a row), and let the other lineages go on.
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,14 @@ from typing import Any
 import pytest
 
 from reconciler.kernel.broker.ledger import PROMPT_FRAMING_TOKENS
-from tests.apply.helpers import assert_invariant, generation_subjects, report, run_ouro, write_spec
+from tests.apply.helpers import (
+    REPO_ROOT,
+    assert_invariant,
+    generation_subjects,
+    report,
+    run_ouro,
+    write_spec,
+)
 from tests.fakes.provider_server import (
     MODEL_LISTS,
     FakeProvider,
@@ -132,7 +143,7 @@ def test_a_final_failure_stops_the_lineage_after_one_generation(
     assert lines["broken"]["model_failures"] == 1
     assert lines["broken"]["last_model_failure"]["code"] == code
     assert lines["calm"]["model_failures"] == 0
-    assert "model failed in 1 generation(s)" in shown.stdout
+    assert "model failed in 1 generation\n" in shown.stdout
     assert f"last generation (gen 1): model unavailable ({http}) ({code}, final)" in shown.stdout
     by_name = {item["name"]: item for item in report(result)["lineages"]}
     broken = by_name["broken"]
@@ -175,7 +186,9 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
         second = run_ouro("apply", "--yes", "--json", str(specs), env=env)
     assert first.returncode == 1, first.stderr
     assert "gen 1: 503, retry in" in first.stderr and "(2/6)" in first.stderr
-    assert "2 generations in a row had every model call fail" in first.stderr
+    assert "2 generations in a row had every model call fail" in first.stdout  # the summary
+    assert "2 generations in a row" not in first.stderr  # said once: stderr points to it
+    assert "flaky: stopped (failed-generations); the summary says why" in first.stderr
     paths = lineage_paths(tmp_path / "state", "flaky")
     # the run of failures goes on across applies: the next apply tries once more, then stops
     assert second.returncode == 1
@@ -188,6 +201,9 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
         assert failure["every_call_failed"] is True and failure["attempts"] >= 2
     retries = [e for e in events(tmp_path) if e["event"] == "model-retry"]
     assert retries and all(e["http_status"] == 503 for e in retries)
+    shown = run_ouro("show", "flaky", "1", env=env)  # the retried call: its peak, not the sum
+    assert re.search(r"reserved \$[0-9.]+ at most at once \(the peak of \d+ attempts, each "
+                     r"returned when it ended\)", shown.stdout), shown.stdout
     assert {e["generation"] for e in retries} == {1, 2, 3}
 
 
@@ -248,3 +264,81 @@ def test_an_unset_key_variable_is_refused_by_the_plan_and_never_named_as_refused
     for result in (plan, applied, probed, unprobed):
         assert "refused the key" not in result.stdout + result.stderr
         assert "FAKE_KEY (HTTP" not in result.stdout + result.stderr
+
+
+def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generations(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The user's outage: the provider answers the probe, then goes down. The generation
+    that meets the outage fails every call (retryably) and is history; before the next one
+    apply probes again, finds nothing listening, stops the lineage (provider-unavailable)
+    and exits 1, naming the lineage that spent a generation on failures. The next apply,
+    even with --no-probe, probes first and runs nothing while the provider is still down."""
+    gone = threading.Event()
+
+    def handler(seen: Seen, number: int) -> Reply:
+        del number
+        if not gone.is_set():
+            gone.set()  # the first request is the probe: answer it, then go down
+            threading.Thread(target=lambda: (time.sleep(0.3), fake.server.shutdown(),
+                                             fake.server.server_close()), daemon=True).start()
+        return MODEL_LISTS["openai-compatible"]() if seen.method == "GET" else chat_ok("")
+
+    with FakeProvider(handler) as fake:
+        paid_spec(specs, "outage", "openai-compatible", fake.url + "/v1", 7,
+                  extra="request_timeout: 5s")
+        write_spec(specs, "calm", 1)
+        first = run_ouro("apply", "--yes", str(specs), env=env)
+        second = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+        plan = run_ouro("plan", str(specs), env=env)
+    assert [s.method for s in fake.requests] == ["GET"]  # the probe, then nothing listened
+    assert first.returncode == 1, first.stdout + first.stderr
+    out = first.stdout
+    assert "outage: extend, 1 of 7 generations; ran 1 (1 no-change)" in out
+    assert "stopped before gen 2: every model call of gen 1 failed (unreachable" in out
+    assert "the provider still does not answer (provider openai-compatible at " in out
+    assert ("Generations spent on model failures: outage 1 generation (last: gen 1, "
+            "unreachable; stopped: provider-unavailable).") in out
+    assert "Applied: 2 generations run" in out  # outage's 1 and calm's 1
+    paths = lineage_paths(tmp_path / "state", "outage")
+    assert_invariant(paths, 1)  # one generation met the outage; it stays history
+    failure = observation(tmp_path, "outage", 1)["provider_failure"]
+    assert (failure["code"], failure["retryable"], failure["every_call_failed"]) == \
+        ("unreachable", True, True)
+    assert second.returncode == 1
+    (lineage,) = [item for item in report(second)["lineages"] if item["name"] == "outage"]
+    assert (lineage["generations_run"], lineage["stopped"]) == (0, "provider-unavailable")
+    assert_invariant(paths, 1)  # nothing more was burnt
+    stops = [e for e in events(tmp_path) if e["event"] == "lineage-stopped"]
+    assert [(e["reason"], e["generation"]) for e in stops] == [("provider-unavailable", 1)] * 2
+    assert "apply probes the provider before gen 2" in plan.stdout
+
+
+def test_replies_running_out_is_a_clear_stop_not_a_run_of_no_changes(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The default fleet's scribe (4 replies; it asks the model every life) raised to 8
+    generations: the generation that asks for a 5th reply finds none (recorded), then apply
+    stops the lineage, saying so, instead of spending the rest on "model unavailable"; plan
+    says why; with a reply added, apply goes on."""
+    replies = tmp_path / "replies"
+    shutil.copytree(REPO_ROOT / "specs" / "replies" / "scribe", replies)
+    write_spec(specs, "scribe", 8, provider="replay", replay=str(replies))
+    first = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+    plan = run_ouro("plan", str(specs), env=env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    (lineage,) = report(first)["lineages"]
+    assert (lineage["generations_run"], lineage["stopped"]) == (6, "replay-exhausted")
+    (error,) = lineage["errors"]
+    assert (f"stopped before gen 7: replay folder {replies} has 4 replies, all used; "
+            "generation 7 has none (gen 6 asked for another)") in error
+    assert "add replies to the folder or lower spec.generations" in error
+    paths = lineage_paths(tmp_path / "state", "scribe")
+    assert_invariant(paths, 6)
+    assert observation(tmp_path, "scribe", 6)["provider_failure"]["code"] == "replay_exhausted"
+    assert "the replay folder has no reply for gen 7" in plan.stdout
+    again = run_ouro("apply", "--yes", "--json", str(specs), env=env)  # nothing added yet
+    assert report(again)["lineages"][0]["generations_run"] == 0
+    assert report(again)["lineages"][0]["stopped"] == "replay-exhausted"
+    shutil.copy(replies / "0004", replies / "0005")
+    added = run_ouro("apply", "--yes", "--json", "--max-generations", "1", str(specs), env=env)
+    assert report(added)["lineages"][0]["generations_run"] == 1
+    assert_invariant(paths, 7)

@@ -14,6 +14,7 @@ import pytest
 
 from reconciler import __version__
 from reconciler.cli import app
+from reconciler.cli.kernel import kernel_app
 from reconciler.kernel.base import identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,17 @@ USAGE_ERRORS = [
     pytest.param(["verify", "specs", "--timeout", "0"], "Invalid value", id="verify-timeout-0"),
     pytest.param(["validate", "specs", "--state-dir"], "requires an argument",
                  id="state-dir-bare"),
+    pytest.param(["export", "x", "--format", "xlsx"], "'xlsx' is not one of csv, jsonl",
+                 id="export-format-unknown"),
+    pytest.param(["apply", "specs", "--executor", "foo"], "'foo' is not one of local, slurm",
+                 id="apply-executor-unknown"),
+    pytest.param(["doctor", "--executor", "foo"], "'foo' is not one of local, slurm",
+                 id="doctor-executor-unknown"),
+    pytest.param(["apply", "specs", "--executor", "slurm", "--deadline", "1m"],
+                 "--deadline and --max-generations count this host's generations",
+                 id="apply-slurm-with-deadline"),
+    pytest.param(["apply", "specs", "--executor", "slurm", "--max-generations", "2"],
+                 "leave them out", id="apply-slurm-with-max-generations"),
 ]
 
 
@@ -86,6 +98,27 @@ def test_help_has_a_short_flag(flag: str, command: str | None) -> None:
     done = ouro(*([command] if command else []), flag)
     assert done.returncode == 0, done.stderr
     assert f"Usage: ouro{' ' + command if command else ''}" in done.stdout
+
+
+SUBCOMMANDS = [[c] for c in COMMANDS if c != "kernel"] + [
+    ["kernel", str(c.name)] for c in kernel_app.registered_commands]
+
+
+@pytest.mark.parametrize("command", [[], ["kernel"], *SUBCOMMANDS], ids=" ".join)
+def test_help_at_80_columns_is_whole_and_has_no_type_placeholders(command: list[str]) -> None:
+    """What a user reads at a normal terminal: no `<bool>` after a flag, no summary of a
+    command cut with "...", every summary a whole sentence."""
+    done = ouro(*command, "--help", env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "<bool>" not in text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    if "Commands:" in text:
+        rows = [line for line in text.split("Commands:", 1)[1].splitlines() if line.strip()]
+        assert rows, text
+        for row in rows:
+            assert row.startswith("  ") and row.rstrip().endswith("."), row
+            assert not row.rstrip().endswith("..."), row
 
 
 def test_version_names_the_version_commit_and_fingerprint() -> None:

@@ -24,7 +24,7 @@ def ouro(fleet: Fleet, *args: str, code: int = 0) -> str:
 
 def test_log_rows(grown_fleet: Fleet) -> None:
     text = ouro(grown_fleet, "log", "story", "quiet")
-    assert text.startswith("story: 6 generations, 1 died, 1 model failures, 1 external edits")
+    assert text.startswith("story: 6 generations, 1 died, 1 model failure, 1 external edit")
     assert "quiet: 3 generations, 0 died" in text
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [row[0] for row in rows] == ["1", "2", "3", "4", "5", "6", "1", "2", "3"]
@@ -96,19 +96,20 @@ def test_export_csv_and_jsonl(grown_fleet: Fleet) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "code"),
     [
-        (("log", "nobody"), "no lineage 'nobody'"),
-        (("log", "stroy"), "did you mean 'story'"),
-        (("show", "story", "7"), "has no generation 7 (it has 6: 1..6)"),
-        (("diff", "story", "2", "9"), "has no generation 9"),
-        (("export", "story", "--format", "xlsx"), "is not one of csv, jsonl"),
+        (("log", "nobody"), "no lineage 'nobody'", 1),
+        (("log", "stroy"), "did you mean 'story'", 1),
+        (("show", "story", "7"), "has no generation 7 (it has 6: 1..6)", 1),
+        (("diff", "story", "2", "9"), "has no generation 9", 1),
+        # a value the option does not take is a usage error, as every one is: exit 2
+        (("export", "story", "--format", "xlsx"), "is not one of csv, jsonl", 2),
     ],
     ids=["unknown", "typo", "show-beyond", "diff-beyond", "format"],
 )
 def test_bad_input_is_a_clear_error(grown_fleet: Fleet, args: tuple[str, ...],
-                                    message: str) -> None:
-    error = ouro(grown_fleet, *args, code=1)
+                                    message: str, code: int) -> None:
+    error = ouro(grown_fleet, *args, code=code)
     assert message in error and "Traceback" not in error
 
 

@@ -207,7 +207,7 @@ def test_a_run_of_failed_generations_stops_only_at_the_specs_k(tmp_path: Path) -
     going = _get(_client({"flaky": Shown(builder.paths, 5, three)}, tmp_path / "b"),
                  "/lineage/flaky")
     assert "stopped after" not in going
-    assert "the last 2 generation(s) had every model call fail (it stops at 3)" in going
+    assert "the last 2 generations had every model call fail (it stops at 3)" in going
     unknown = _get(_client({"flaky": Shown(builder.paths, 5)}, tmp_path / "c"),
                    "/lineage/flaky")
     assert "stopped after" not in unknown and "not known here" in unknown

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from reconciler.report.calls import call_stops, failure_of
+from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
 from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS
+from reconciler.report.words import plural
 from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
@@ -52,7 +53,7 @@ def number(value: Any, fmt: str = "%s") -> str:
 def diffstat(row: GenerationRow) -> str:
     if row.organism_added is None or row.organism_deleted is None:
         return "—"
-    paths = f", {row.paths_changed} paths" if row.paths_changed is not None else ""
+    paths = f", {plural(row.paths_changed, 'path')}" if row.paths_changed is not None else ""
     return f"+{row.organism_added}/-{row.organism_deleted}{paths}"
 
 
@@ -200,7 +201,7 @@ def _calls(record: dict[str, Any], limit: int, total: int) -> list[dict[str, Any
         total = max(0, total - len(reply.text))
         found.append({
             "index": call.get("request_index", "?"), "http_status": call.get("http_status"),
-            "error": call.get("error"), "reserved": call.get("reserved_usd"),
+            "error": call.get("error"), "reserved": reservation(call),
             "accounted": call.get("accounted_usd"), "stop": stop,
             "prompt": prompt, "reply": reply,
         })

@@ -18,6 +18,7 @@ from typing import IO
 from reconciler.errors import OuroError
 from reconciler.report.viewer.app import FleetSource, Shown, create_app, new_token
 from reconciler.report.viewer.guard import limit_logs, server_settings
+from reconciler.report.words import plural
 from reconciler.state.fleet import fleet, summary_cache_dir
 
 __all__ = ["make_source", "serve"]
@@ -92,7 +93,7 @@ def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str = "127.0.0
     if not loopback:
         print(f"ouro view: warning: {host} is not a loopback address; anyone who can reach it "
               "and has the token can read these lineages", file=sys.stderr)
-    print(f"ouro view: {len(source.lineages())} lineages at "
+    print(f"ouro view: {plural(len(source.lineages()), 'lineage')} at "
           f"http://{shown}:{bound}/?token={token}", file=stream, flush=True)
     print("ouro view: read-only; Ctrl-C stops it", file=stream, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
