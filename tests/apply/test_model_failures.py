@@ -319,7 +319,7 @@ def test_replies_running_out_is_a_clear_stop_not_a_run_of_no_changes(
     generations: the generation that asks for a 5th reply finds none (recorded), then apply
     stops the lineage, saying so, instead of spending the rest on "model unavailable"; plan
     says why; with a reply added, apply goes on."""
-    replies = tmp_path / "replies"
+    replies = specs / "replies"  # a spec replays only files of its own tree
     shutil.copytree(REPO_ROOT / "specs" / "replies" / "scribe", replies)
     write_spec(specs, "scribe", 8, provider="replay", replay=str(replies))
     first = run_ouro("apply", "--yes", "--json", str(specs), env=env)
