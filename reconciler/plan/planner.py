@@ -491,8 +491,8 @@ def _failure_notes(last: dict[str, Any] | None, have: int) -> list[str]:
     return [note] if note else []
 
 
-def _generations(count: int) -> str:
-    return f"{count} generation" + ("" if count == 1 else "s")
+def _generations(count: int, more: str = "") -> str:
+    return f"{count} {more}generation" + ("" if count == 1 else "s")
 
 
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
@@ -557,8 +557,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
         missing = max(0, desired - after)
         now = running or observed.interrupted.detail  # another apply's work is no leftover
         return result(
-            "recover", f"lineage {name}: {now}; then {missing} more "
-            f"{'generation' if missing == 1 else 'generations'}",
+            "recover", f"lineage {name}: {now}; then {_generations(missing, 'more ')}",
             missing=missing,
         )
     if (stop := until_of(spec, observed, have) if have < desired else None) is not None:
