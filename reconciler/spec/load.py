@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import typing
 import warnings
 from collections.abc import Sequence
@@ -34,7 +35,16 @@ from ruamel.yaml.reader import ReaderError
 
 from reconciler.errors import Problem, SpecError
 from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig
-from reconciler.spec import API_VERSION, KIND, LineageSpec, places, units
+from reconciler.spec import (
+    API_VERSION,
+    KIND,
+    SET_KIND,
+    LineageSetSpec,
+    LineageSpec,
+    places,
+    sets,
+    units,
+)
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.spec.probes import ResolvedProbe, resolve
 
@@ -77,6 +87,7 @@ class LoadedSpec:
     declared_observation_branch: str | None = None
     # spec.probes with their files read once and their digests (reconciler.spec.probes)
     probes: tuple[ResolvedProbe, ...] = ()
+    set_name: str | None = None  # the LineageSet this lineage is a member of
 
     @property
     def labels(self) -> dict[str, str]:
@@ -180,6 +191,7 @@ class _Document:
     index: int
     node: Node
     spec: LineageSpec
+    set_name: str | None = None
 
 
 def _one_line(text: str) -> str:
@@ -509,8 +521,8 @@ def _dotted(loc: Sequence[Any]) -> str:
     return ".".join(str(part) for part in loc)  # a spec has no lists: every part is a key
 
 
-def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
-    model: type[BaseModel] = LineageSpec
+def _model_at(loc: Sequence[Any], root: type[BaseModel] = LineageSpec) -> type[BaseModel] | None:
+    model: type[BaseModel] = root
     for part in loc:
         annotation = next(
             (f.annotation for n, f in model.model_fields.items() if (f.alias or n) == part),
@@ -524,7 +536,7 @@ def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
     return model
 
 
-def _message(error: Any, node: Node) -> str:
+def _message(error: Any, node: Node, root: type[BaseModel] = LineageSpec) -> str:
     kind, loc, message = error["type"], error["loc"], str(error["msg"])
     given = error.get("input")
     if kind == "value_error":
@@ -538,7 +550,7 @@ def _message(error: Any, node: Node) -> str:
     if kind == "missing":
         return "required, but missing"
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
+        model = _model_at(loc[:-1], root)
         allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -562,7 +574,7 @@ def _message(error: Any, node: Node) -> str:
 
 
 def _validate(source: _Source, index: int, node: Node, value: Any,
-              problems: list[Problem]) -> LineageSpec | None:
+              problems: list[Problem]) -> list[_Document]:
     shown = source.shown
     if not isinstance(value, dict):
         problems.append(_problem(
@@ -570,33 +582,160 @@ def _validate(source: _Source, index: int, node: Node, value: Any,
             "a spec document is a mapping with apiVersion, kind, metadata and spec, not "
             f"{units.describe(value)}",
         ))
-        return None
+        return []
     header_problems = len(problems)
-    for field, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+    kinds = (KIND, SET_KIND)
+    for field, expected in (("apiVersion", (API_VERSION,)), ("kind", kinds)):
+        wanted = " or ".join(expected)
         if field not in value:
             problems.append(_problem(shown, *_mark(node), field,
                                      f"required, but missing (this file must say {field}: "
-                                     f"{expected})"))
-        elif value[field] != expected:
+                                     f"{wanted})"))
+        elif value[field] not in expected:
             problems.append(_problem(shown, *_locate(node, (field,), key=False), field,
-                                     f"must be {expected}, not {units.describe(value[field])}"))
+                                     f"must be {wanted}, not {units.describe(value[field])}"))
     if len(problems) > header_problems:
-        return None  # not an ouro spec: its other fields would only be noise
+        return []  # not an ouro spec: its other fields would only be noise
+    if value["kind"] == SET_KIND:
+        return _validate_set(source, index, node, value, problems)
+    spec = _validated(LineageSpec, source, node, value, problems, _plain_place)
+    return [] if spec is None else [_Document(source, index, node, spec)]
+
+
+def _plain_place(node: Node, loc: Sequence[Any], key: bool) -> tuple[Node, str, str]:
+    return _locate_node(node, loc, key=key), _dotted(loc), ""
+
+
+_Place = typing.Callable[[Node, Sequence[Any], bool], tuple[Node, str, str]]
+_Model = typing.TypeVar("_Model", bound=BaseModel)
+
+
+def _validated(model: type[_Model], source: _Source, node: Node, value: Any,
+               problems: list[Problem], place: _Place) -> _Model | None:
+    """``model`` from ``value``, or None with each problem where ``place`` puts it
+    (the node, the field shown and a prefix for the message)."""
     try:
-        return LineageSpec.model_validate(value, context={"base_dir": source.path.parent})
+        return model.model_validate(value, context={"base_dir": source.path.parent})
     except ValidationError as error:
         for detail in error.errors(include_url=False):
             loc = detail["loc"]
             key = detail["type"] in ("extra_forbidden", "invalid_key")
-            found = _locate_node(node, loc, key=key)
-            problems.append(_problem(shown, *_mark(found), _dotted(loc), _message(detail, found)))
+            found, field, prefix = place(node, loc, key)
+            problems.append(_problem(source.shown, *_mark(found), field,
+                                     prefix + _message(detail, found, model)))
     except Exception as error:  # a bug in a validator must still not be a traceback
         problems.append(_problem(
-            shown, *_mark(node), "",
+            source.shown, *_mark(node), "",
             f"internal error while validating ({type(error).__name__}: {error}); "
             "this is a bug in ouro",
         ))
     return None
+
+
+# --- sets ---------------------------------------------------------------------------
+
+_MATRIX_KEY = re.compile(r"^[a-z_]+(\.[a-z_]+)*$")
+_OWN_PLACES = ("path", "git_dir", "observations", "branch", "observation_branch")
+
+
+def _set_problems(spec: LineageSetSpec, node: Node) -> list[tuple[Node, str, str]]:
+    """What a set may not say, beyond its model: (node, field, message)."""
+    found: list[tuple[Node, str, str]] = []
+    body = spec.spec
+    problem = sets.name_problem(spec.name, bool(body.matrix))
+    if problem:
+        found.append((_locate_node(node, ("metadata", "name"), key=False),
+                      "metadata.name", problem))
+    for key, values in body.matrix.items():
+        where = _locate_node(node, ("spec", "matrix", key), key=True)
+        field = f"spec.matrix.{key}"
+        if not _MATRIX_KEY.match(key):
+            found.append((where, field, "a matrix key is a spec field path of lowercase "
+                          "names joined by '.' (e.g. model, ceilings.wall)"))
+        elif key.split(".")[0] == "storage":
+            found.append((where, field, "a member's storage is its own (<state dir>/<member>): "
+                          "the matrix cannot set it"))
+        if not values:
+            found.append((where, field, "an empty list makes no cells: give at least one value"))
+        digests: dict[str, int] = {}
+        for i, value in enumerate(values):
+            seen = digests.setdefault(sets.slug([value]) + repr(value), i)
+            if seen != i:
+                found.append((_locate_node(node, ("spec", "matrix", key, i), key=False),
+                              f"{field}[{i}]", f"repeats {field}[{seen}]: each value once"))
+    storage = body.template.get("storage")
+    for name in _OWN_PLACES:
+        if isinstance(storage, dict) and name in storage:
+            found.append((_locate_node(node, ("spec", "template", "storage", name), key=True),
+                          f"spec.template.storage.{name}",
+                          "a member's storage is its own (<state dir>/<member>, branch "
+                          "lineage-<member>): remove it from the template"))
+    return found
+
+
+def _member_place(cell: sets.Cell, member: str) -> _Place:
+    """Where a member's problem is written: at the matrix value that made it, else in
+    the template; the message names the member."""
+    def place(node: Node, loc: Sequence[Any], key: bool) -> tuple[Node, str, str]:
+        prefix = f"member {member}: "
+        if not loc or loc[0] != "spec":
+            return _locate_node(node, ("metadata",), key=False), "metadata", prefix
+        rest = list(loc[1:])
+        for name, index in cell.where.items():
+            parts = name.split(".")
+            if [str(p) for p in rest[:len(parts)]] == parts:
+                inner = rest[len(parts):]
+                at = ("spec", "matrix", name, index, *inner)
+                shown = f"spec.matrix.{name}[{index}]" + "".join(f".{p}" for p in inner)
+                return _locate_node(node, at, key=key), shown, prefix
+        return (_locate_node(node, ("spec", "template", *rest), key=key),
+                _dotted(("spec", "template", *rest)), prefix)
+    return place
+
+
+def _set_place(node: Node, loc: Sequence[Any], key: bool) -> tuple[Node, str, str]:
+    return _locate_node(node, loc, key=key), _dotted(loc), ""
+
+
+def _validate_set(source: _Source, index: int, node: Node, value: Any,
+                  problems: list[Problem]) -> list[_Document]:
+    """A LineageSet's members, each validated as the Lineage it is (one per cell: its
+    replicas differ only in name and labels)."""
+    spec = _validated(LineageSetSpec, source, node, value, problems, _set_place)
+    if spec is None:
+        return []
+    own = _set_problems(spec, node)
+    for where, field, message in own:
+        problems.append(_problem(source.shown, *_mark(where), field, message))
+    if own:
+        return []
+    members: list[_Document] = []
+    labels = spec.metadata.labels
+    template_problems: set[tuple[int, int, str, str]] = set()  # said once, not per cell
+    for cell in sets.cells(spec.name, spec.spec.matrix):
+        first = sets.member_document(spec.api_version, labels, spec.name,
+                                     spec.spec.template, cell, 0)
+        found: list[Problem] = []
+        member = _validated(LineageSpec, source, node, first, found,
+                            _member_place(cell, first["metadata"]["name"]))
+        for problem in found:
+            said = problem.message.split(": ", 1)[-1]
+            if problem.field.startswith("spec.template"):
+                if (problem.line, problem.column, problem.field, said) in template_problems:
+                    continue
+                template_problems.add((problem.line, problem.column, problem.field, said))
+            problems.append(problem)
+        if member is None:
+            continue
+        for i in range(spec.spec.replicas):
+            meta = sets.member_document(spec.api_version, labels, spec.name, {}, cell,
+                                        i)["metadata"]
+            metadata = member.metadata.model_copy(
+                update={"name": meta["name"], "labels": meta["labels"]})
+            members.append(_Document(source, index, node,
+                                     member.model_copy(update={"metadata": metadata}),
+                                     set_name=spec.name))
+    return members
 
 
 def _absolute(base: Path, path: Path) -> Path:
@@ -646,6 +785,7 @@ def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
         declared_branch=storage.branch,
         declared_observation_branch=storage.observation_branch,
         probes=_probes(document),
+        set_name=document.set_name,
     )
 
 
@@ -774,9 +914,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
         if text is None:
             continue
         for index, node, value in _documents(source, text, problems):
-            spec = _validate(source, index, node, value, problems)
-            if spec is not None:
-                documents.append(_Document(source, index, node, spec))
+            documents.extend(_validate(source, index, node, value, problems))
     loaded: list[LoadedSpec] = []
     default_dir: Path | None = None
     for document in documents:

@@ -43,11 +43,15 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_API_KEY_ENV",
     "KIND",
+    "MAX_REPLICAS",
     "PAID_PROVIDERS",
+    "SET_KIND",
     "CeilingsSpec",
     "ExecutorSpec",
     "InstrumentSpec",
     "LineageBody",
+    "LineageSetBody",
+    "LineageSetSpec",
     "LineageSpec",
     "Metadata",
     "ModelSpec",
@@ -60,6 +64,8 @@ __all__ = [
 
 API_VERSION = "ouro/v1"
 KIND = "Lineage"
+SET_KIND = "LineageSet"
+MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.sets)
 
 # The providers, from their one record each (``reconciler.kernel.base.registry``).
 Provider = registry.ProviderName
@@ -767,6 +773,37 @@ class LineageSpec(_Strict):
         return self.metadata.name
 
 
+class LineageSetBody(_Strict):
+    """A set's body: ``replicas`` x ``matrix`` members of ``template`` (reconciler.spec.sets).
+
+    The template is checked as each member's Lineage spec, after the matrix has
+    replaced the fields it names: its schema is LineageBody's with nothing required.
+    """
+
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS,
+                          description="members per matrix cell (indices 0..replicas-1)")
+    matrix: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="spec field paths (e.g. model, ceilings.wall) to the values they take; "
+        "one cell per combination",
+    )
+    template: dict[str, Any] = Field(
+        description="a Lineage's spec; matrix keys replace the fields they name")
+
+
+class LineageSetSpec(_Strict):
+    """A set of lineages: ``apiVersion: ouro/v1``, ``kind: LineageSet``."""
+
+    api_version: Literal["ouro/v1"] = Field(alias="apiVersion")
+    kind: Literal["LineageSet"]
+    metadata: Metadata
+    spec: LineageSetBody
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
 _POSITIVE = {
     units.SIZE_PATTERN: units.POSITIVE_SIZE_PATTERN,
     units.DURATION_PATTERN: units.POSITIVE_DURATION_PATTERN,
@@ -803,4 +840,40 @@ def json_schema() -> dict[str, Any]:
                   StorageSpec, InstrumentSpec, probe_specs.ProbeCeilingsSpec):
         target = schema if model is LineageSpec else definitions.get(model.__name__, {})
         _unit_bounds(model, target.get("properties", {}))
+    _with_sets(schema)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def _with_sets(schema: dict[str, Any]) -> None:
+    """Both kinds in one schema: the same four fields, ``spec`` chosen by ``kind`` (oneOf).
+
+    A set's template is LineageBody's schema with nothing required (a matrix key may
+    supply any field); its values are checked per member by the loader."""
+    definitions = schema.setdefault("$defs", {})
+    body = schema["properties"]["spec"]
+    template = {k: v for k, v in definitions["LineageBody"].items() if k != "required"}
+    template["title"] = "LineageTemplate"
+    definitions["LineageTemplate"] = template
+    definitions["LineageSetBody"] = {
+        "additionalProperties": False,
+        "description": LineageSetBody.__doc__.split("\n")[0] if LineageSetBody.__doc__ else "",
+        "properties": {
+            "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS,
+                         "default": 1, "description": "members per matrix cell"},
+            "matrix": {"type": "object", "default": {},
+                       "propertyNames": {"pattern": r"^[a-z_]+(\.[a-z_]+)*$"},
+                       "additionalProperties": {"type": "array", "minItems": 1},
+                       "description": "spec field paths to the values they take"},
+            "template": {"$ref": "#/$defs/LineageTemplate"},
+        },
+        "required": ["template"],
+        "title": "LineageSetBody",
+        "type": "object",
+    }
+    schema["properties"]["kind"] = {"enum": [KIND, SET_KIND], "title": "Kind", "type": "string"}
+    schema["properties"]["spec"] = {"description": "by kind: a LineageBody or a LineageSetBody"}
+    schema["oneOf"] = [
+        {"properties": {"kind": {"const": KIND}, "spec": body}},
+        {"properties": {"kind": {"const": SET_KIND},
+                        "spec": {"$ref": "#/$defs/LineageSetBody"}}},
+    ]

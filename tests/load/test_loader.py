@@ -234,13 +234,13 @@ spec:
         (b"!!python/object:os.system {}\n", "1:1: YAML syntax error: could not determine a "
          "constructor for the tag 'tag:yaml.org,2002:python/object:os.system'"),
         (b"apiVersion: ouro/v1\n", "1:1: kind: required, but missing (this file must say kind: "
-         "Lineage)"),
+         "Lineage or LineageSet)"),
         (b"1: x\napiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: k}\n"
          b"spec: {generations: 1, model: {provider: echo}}\n",
          "1:1: 1: unknown field; keys are strings (got integer 1)"),
         (b"a: " + b"[" * 100 + b"]" * 100, "1:68: nested more than 64 levels deep"),
         (b"apiVersion: ouro/v1\na: '[[[[" + b"[" * 100 + b"'\n# " + b"{" * 100 + b"\n",
-         "1:1: kind: required, but missing (this file must say kind: Lineage)"),
+         "1:1: kind: required, but missing (this file must say kind: Lineage or LineageSet)"),
         (b"#" * ((1 << 20) + 1), "1:1: too large for a spec file (1048577 bytes; at most "
          "1048576)"),
     ],

@@ -1,0 +1,141 @@
+"""LineageSet expansion: a set's cells and members, their names and labels. Pure.
+
+Rule: a member's name depends on the set's name, its own matrix values and its
+replica index, never on the other cells or the order they are written in, so that
+adding a matrix value or raising ``replicas`` never renames an existing member.
+
+    <set>-<cell>-<i>   with a matrix: the cell is a readable slug of the values
+                        (cut to fit) and 6 hex of the SHA-256 of their canonical JSON
+    <set>-<i>          without one (one cell)
+
+``i`` counts from 0. A member is an ordinary lineage labelled ``ouro/set``,
+``ouro/replica``, ``ouro/cell`` (with a matrix) and ``ouro/<key>`` per matrix key
+(its value's slug), on top of the set's own labels.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "INDEX_DIGITS",
+    "Cell",
+    "cell_name",
+    "cells",
+    "member_document",
+    "member_name",
+    "name_problem",
+    "set_of",
+    "slug",
+]
+
+NAME_LIMIT = 63  # a lineage name is a DNS label
+INDEX_DIGITS = 4  # room kept for the index: replicas <= 10,000 (MAX_REPLICAS)
+DIGEST_HEX = 6
+SET_LABEL = "ouro/set"
+REPLICA_LABEL = "ouro/replica"
+CELL_LABEL = "ouro/cell"
+_SLUG_JUNK = re.compile(r"[^a-z0-9]+")
+
+
+def slug(value: Any) -> str:
+    """A readable, name-safe form of a value: its scalars, lowercased, joined by '-'."""
+    if isinstance(value, Mapping):
+        parts = [slug(value[key]) for key in sorted(value, key=str)]
+    elif isinstance(value, list | tuple):
+        parts = [slug(item) for item in value]
+    else:
+        parts = [_SLUG_JUNK.sub("-", str(value).lower())]
+    return "-".join(p.strip("-") for p in parts if p.strip("-"))
+
+
+def _canonical(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+
+
+def _room(set_name: str) -> int:
+    """Characters left for a cell name in ``<set>-<cell>-<i>``."""
+    return NAME_LIMIT - len(set_name) - 2 - INDEX_DIGITS
+
+
+def name_problem(set_name: str, has_matrix: bool) -> str | None:
+    """Why the set's name leaves no room for its members' names (None: it does not)."""
+    need = DIGEST_HEX if has_matrix else -1
+    if _room(set_name) < need:
+        most = NAME_LIMIT - 2 - INDEX_DIGITS - max(need, -1)
+        return (f"{set_name!r} is too long for a set: its members are named "
+                f"{'<set>-<cell>-<i>' if has_matrix else '<set>-<i>'} within 63 "
+                f"characters; use at most {most} characters")
+    return None
+
+
+def cell_name(set_name: str, values: Mapping[str, Any]) -> str:
+    """The cell of these matrix values: ``<slug>-<digest>``, or the digest alone."""
+    digest = hashlib.sha256(_canonical(values).encode("utf-8")).hexdigest()[:DIGEST_HEX]
+    room = _room(set_name) - DIGEST_HEX - 1
+    readable = slug([values[key] for key in sorted(values)])[:max(room, 0)].strip("-")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def member_name(set_name: str, cell: str | None, index: int) -> str:
+    return f"{set_name}-{cell}-{index}" if cell else f"{set_name}-{index}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of matrix values; ``where`` maps each key to its value's index."""
+
+    name: str | None  # None: the set has no matrix
+    values: dict[str, Any]
+    where: dict[str, int]
+
+    def labels(self) -> dict[str, str]:
+        found = {f"ouro/{key}": slug(value)[:NAME_LIMIT].strip("-") or "none"
+                 for key, value in self.values.items()}
+        return {CELL_LABEL: self.name, **found} if self.name else {}
+
+
+def cells(set_name: str, matrix: Mapping[str, list[Any]]) -> Iterator[Cell]:
+    """Every combination of the matrix (one empty cell without a matrix)."""
+    keys = list(matrix)
+    for chosen in itertools.product(*(range(len(matrix[key])) for key in keys)):
+        values = {key: matrix[key][i] for key, i in zip(keys, chosen, strict=True)}
+        name = cell_name(set_name, values) if keys else None
+        yield Cell(name, values, dict(zip(keys, chosen, strict=True)))
+
+
+def _replace(body: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    target = body
+    for part in parts[:-1]:
+        child = target.get(part)
+        if not isinstance(child, dict):
+            child = target[part] = {}
+        target = child
+    target[parts[-1]] = copy.deepcopy(value)
+
+
+def member_document(api_version: str, metadata_labels: Mapping[str, str], set_name: str,
+                    template: Mapping[str, Any], cell: Cell, index: int) -> dict[str, Any]:
+    """The plain Lineage document of one member (the template with the cell's values)."""
+    body = copy.deepcopy(dict(template))
+    for key, value in cell.values.items():
+        _replace(body, key, value)
+    labels = {**metadata_labels, SET_LABEL: set_name, REPLICA_LABEL: str(index),
+              **cell.labels()}
+    return {"apiVersion": api_version, "kind": "Lineage",
+            "metadata": {"name": member_name(set_name, cell.name, index), "labels": labels},
+            "spec": body}
+
+
+def set_of(labels: Mapping[str, str]) -> str | None:
+    """The set a lineage's labels say it belongs to (None: none)."""
+    return labels.get(SET_LABEL)
