@@ -28,6 +28,7 @@ def plan_command(
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
     from reconciler.engine.kernels import default_store, plan_fleet
+    from reconciler.engine.sets import set_orphans
     from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan
     from reconciler.spec.load import load_specs
@@ -42,12 +43,14 @@ def plan_command(
         raise typer.BadParameter("--json and --markdown cannot be used together",
                                  param_hint="--markdown")
     try:
-        specs = choose(load_specs(paths, state_dir=state_dir), [parse(s) for s in select or ()])
+        loaded = load_specs(paths, state_dir=state_dir)
+        specs = choose(loaded, [parse(s) for s in select or ()])
     except SelectorError as error:
         raise OuroError(f"ouro plan: {error}") from None
     identity = instrument.current()
     plan = plan_fleet([(spec, observe(spec_paths(spec))) for spec in specs], identity,
-                      default_store(state_dir), preflight=provider_problem)
+                      default_store(state_dir), preflight=provider_problem,
+                      orphans=set_orphans(loaded, specs, state_dir))
     if out is not None:
         save_plan(plan, out, specs)
     if as_json:

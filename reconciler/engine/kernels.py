@@ -51,7 +51,7 @@ from reconciler.kernel.base.config import (
 from reconciler.ownfiles import check_private, private_folder
 from reconciler.plan import Plan, make_plan
 from reconciler.plan.kernels import KernelChoice, choose
-from reconciler.plan.planner import Preflight
+from reconciler.plan.planner import Orphan, Preflight
 from reconciler.state import kernels as state_kernels
 from reconciler.state.kernels import KernelStore, StoredKernel
 
@@ -501,10 +501,11 @@ def default_store(state_dir: Path | None = None) -> KernelStore:
 
 
 def plan_fleet(items: Sequence[tuple[LoadedSpec, Observed]], identity: Identity,
-               store: KernelStore, *, preflight: Preflight | None = None) -> Plan:
+               store: KernelStore, *, preflight: Preflight | None = None,
+               orphans: Sequence[Orphan] = ()) -> Plan:
     """``make_plan`` with each lineage's kernel chosen (running, store, materialized)."""
     kernels = {spec.name: facts_for(spec, observed, identity, store) for spec, observed in items}
-    return make_plan(items, identity, preflight=preflight, kernels=kernels)
+    return make_plan(items, identity, preflight=preflight, kernels=kernels, orphans=orphans)
 
 
 # ---------------------------------------------------------------- ouro kernel list|fetch|prune

@@ -16,7 +16,7 @@ module that reads repositories.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol, get_args
@@ -39,6 +39,7 @@ from reconciler.plan.continuation import failure_note
 from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.probes import MeasurementWork, UntilStop, measurement_work, until_stop
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
+from reconciler.spec import sets as spec_sets
 
 __all__ = [
     "ACTIONS",
@@ -190,6 +191,7 @@ class LineagePlan:
     # "running in apply pid N on HOST, generation K" while another apply holds it
     running: str | None = None
     kernel: KernelChoice | None = None  # which kernel runs it (None: this ouro's, unresolved)
+    set_name: str | None = None  # the LineageSet it is a member of (None: a plain lineage)
     measure: MeasurementWork = field(default_factory=MeasurementWork)  # plan.probes
     until: UntilStop | None = None  # action "done": the spec.until condition that holds
 
@@ -199,10 +201,21 @@ class LineagePlan:
 
 
 @dataclass(frozen=True)
+class Orphan:
+    """A lineage at a set's default place, named as its member, that the set no longer
+    has (replicas lowered, a matrix value removed). Kept: history is never removed."""
+
+    name: str
+    set_name: str
+    path: str
+
+
+@dataclass(frozen=True)
 class Plan:
     lineages: tuple[LineagePlan, ...]
     instrument: Identity
     counts: dict[str, int] = field(default_factory=dict)
+    orphans: tuple[Orphan, ...] = ()
 
     @property
     def max_spend_usd(self) -> Decimal:
@@ -579,13 +592,38 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
 
 def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity, *,
               preflight: Preflight | None = None,
-              kernels: Mapping[str, KernelFactsLike | None] | None = None) -> Plan:
-    """Every lineage's plan; ``kernels`` maps lineage names to their kernel facts."""
+              kernels: Mapping[str, KernelFactsLike | None] | None = None,
+              orphans: Sequence[Orphan] = ()) -> Plan:
+    """Every lineage's plan; ``kernels`` maps lineage names to their kernel facts;
+    ``orphans`` (``find_orphans``) are shown beside their sets, never acted on."""
     known = kernels or {}
-    lineages = tuple(plan_lineage(spec, observed, instrument, preflight=preflight,
-                                  kernel=known.get(spec.name))
+    lineages = tuple(_member(plan_lineage(spec, observed, instrument, preflight=preflight,
+                                          kernel=known.get(spec.name)), spec)
                      for spec, observed in items)
     counts: dict[str, int] = {
         action: sum(1 for item in lineages if item.action == action) for action in ACTIONS
     }
-    return Plan(lineages=lineages, instrument=instrument, counts=counts)
+    return Plan(lineages=lineages, instrument=instrument, counts=counts,
+                orphans=tuple(orphans))
+
+
+def _member(item: LineagePlan, spec: PlanSpec) -> LineagePlan:
+    set_name = getattr(spec, "set_name", None)
+    return dataclasses.replace(item, set_name=set_name) if isinstance(set_name, str) else item
+
+
+def find_orphans(set_names: Sequence[str], known: Collection[str],
+                 existing: Mapping[str, str]) -> list[Orphan]:
+    """The lineages ``existing`` ({name: path}, found at the state dir's default places)
+    that are named as members of one of ``set_names`` but are not ``known`` (the names of
+    the run's specs). A name two sets could claim belongs to the longer set name."""
+    patterns = sorted(((spec_sets.member_pattern(name), name) for name in set(set_names)),
+                      key=lambda pair: -len(pair[1]))
+    found: list[Orphan] = []
+    for name in sorted(existing):
+        if name in known:
+            continue
+        owner = next((set_name for pattern, set_name in patterns if pattern.match(name)), None)
+        if owner is not None:
+            found.append(Orphan(name, owner, existing[name]))
+    return found

@@ -64,6 +64,8 @@ def summary_line(plan: Plan) -> str:
     ]
     if counts.get("done"):
         parts.insert(5, f"{counts['done']} done (spec.until)")
+    if plan.orphans:
+        parts.append(f"{len(plan.orphans)} orphaned (kept)")
     return f"Plan: {', '.join(parts)}. Worst-case spend: {_money(plan.max_spend_usd)}"
 
 
@@ -99,7 +101,14 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
     """The human plan as (line, style) pairs; ``print_plan`` writes them."""
     lines: list[tuple[str, str | None]] = []
     width = max((len(item.name) for item in plan.lineages), default=0)
+    current: str | None = None
     for item in plan.lineages:
+        if item.set_name != current:
+            if current is not None:
+                lines.extend(_orphan_lines(plan, current, width))
+            current = item.set_name
+            lines.append((_set_heading(plan, current) if current is not None
+                          else "lineages not in a set:", "bold"))
         marker = MARKERS[item.action]
         action = item.action + (f" ({item.reason})" if item.reason else "")
         lines.append((f"  {marker} {item.name:<{width}}  {action:<12}  {_numbers(item)}",
@@ -122,10 +131,25 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
             lines.append((f"      measure: {item.measure.measurements} (generation, probe) "
                           f"pair(s) of {item.measure.probes} probe(s), at most "
                           f"{item.measure.cpu_seconds} CPU seconds", "cyan"))
+    if current is not None:
+        lines.extend(_orphan_lines(plan, current, width))
     if lines:
         lines.append(("", None))
     lines.append((summary_line(plan), "bold"))
     return lines
+
+
+def _set_heading(plan: Plan, set_name: str) -> str:
+    members = sum(1 for item in plan.lineages if item.set_name == set_name)
+    orphans = sum(1 for orphan in plan.orphans if orphan.set_name == set_name)
+    return (f"set {set_name}: {plural(members, 'member')}"
+            + (f", {orphans} orphaned" if orphans else ""))
+
+
+def _orphan_lines(plan: Plan, set_name: str, width: int) -> list[tuple[str, str | None]]:
+    return [(f"  ? {orphan.name:<{width}}  {'orphaned':<12}  no longer in the set; kept "
+             f"(nothing is deleted): {orphan.path}", "dim")
+            for orphan in plan.orphans if orphan.set_name == set_name]
 
 
 def _console(stream: IO[str] | None) -> Console:
@@ -165,6 +189,7 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "notes": list(item.notes),
         "spec_sha256": item.spec_sha256,
         "labels": dict(sorted(item.labels.items())),
+        "set": item.set_name,  # the LineageSet it is a member of (null: a plain lineage)
         "running": item.running,
         # which kernel runs it; null: this ouro's own (a lineage to create, no pin)
         "kernel": item.kernel.as_json() if item.kernel is not None else None,
@@ -189,6 +214,9 @@ def plan_document(plan: Plan) -> dict[str, Any]:
             "exit_code": plan.exit_code,
         },
         "lineages": [_lineage_document(item) for item in plan.lineages],
+        # members their sets no longer have, kept on disk (nothing is ever deleted)
+        "orphaned": [{"name": o.name, "set": o.set_name, "path": o.path}
+                     for o in plan.orphans],
     }
 
 

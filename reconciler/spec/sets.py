@@ -31,6 +31,7 @@ __all__ = [
     "cells",
     "member_document",
     "member_name",
+    "member_pattern",
     "name_problem",
     "set_of",
     "slug",
@@ -134,6 +135,12 @@ def member_document(api_version: str, metadata_labels: Mapping[str, str], set_na
     return {"apiVersion": api_version, "kind": "Lineage",
             "metadata": {"name": member_name(set_name, cell.name, index), "labels": labels},
             "spec": body}
+
+
+def member_pattern(set_name: str) -> re.Pattern[str]:
+    """Names a member of this set has or had: ``<set>-<i>``, ``<set>-[<slug>-]<hex6>-<i>``."""
+    return re.compile(rf"^{re.escape(set_name)}-(?:(?:[a-z0-9-]*-)?[0-9a-f]{{{DIGEST_HEX}}}-)?"
+                      rf"(?:0|[1-9][0-9]{{0,{INDEX_DIGITS - 1}}})$")
 
 
 def set_of(labels: Mapping[str, str]) -> str | None:
