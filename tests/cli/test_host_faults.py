@@ -100,7 +100,9 @@ def test_apply_onto_a_full_disk_names_it_at_any_parallel(
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     for name in ("alpha", "beta"):
-        assert (f"{name}: error: ouro: host fault while writing the lock holder record of "
+        said = (f"  error: ouro: host fault while writing the lock holder record of "
                 f"lineage {name} ({full_disk / name}.git.ouro-lock.json): {FULL}: free "
-                "space") in out, out
+                "space")
+        assert said in done.stdout, out  # in the summary, said once (issue 22)
+        assert out.count(f"lineage {name} ({full_disk / name}.git.ouro-lock.json)") == 1, out
     _no_bug(out)
