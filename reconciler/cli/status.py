@@ -18,6 +18,9 @@ from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
     from reconciler.kernel.base.config import LineagePaths
+    from reconciler.plan.probes import UntilStop
+    from reconciler.spec.load import LoadedSpec
+    from reconciler.state.observe import Observed
 
 
 def status_command(
@@ -43,7 +46,7 @@ def status_command(
         from reconciler.spec.load import load_specs
         from reconciler.state.branches import spec_paths
 
-        found = [_Named(spec.name, spec_paths(spec), spec.labels)
+        found = [_Named(spec.name, spec_paths(spec), spec.labels, spec)
                  for spec in load_specs(paths, state_dir=state_dir)]
     else:
         found = [_Named(item.name, item.paths, {}) for item in fleet([], state_dir)]
@@ -59,7 +62,8 @@ def status_command(
         lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
                                 paths=named.paths, labels=named.labels,
                                 running=observed.running,
-                                kernel=lineage_kernel(named.name, observed, store)))
+                                kernel=lineage_kernel(named.name, observed, store),
+                                until=_until(named, observed)))
     if as_json:
         sys.stdout.write(status_json(lines))
     elif lines:
@@ -75,6 +79,16 @@ class _Named:
     name: str
     paths: LineagePaths
     labels: dict[str, str]
+    spec: LoadedSpec | None = None  # its spec, when status was given specs
+
+
+def _until(named: _Named, observed: Observed) -> UntilStop | None:
+    """The spec's ``until`` condition that holds (as plan decides it), with a spec only."""
+    from reconciler.plan.planner import desired_generations, until_of
+
+    if named.spec is None or observed.generations >= desired_generations(named.spec):
+        return None
+    return until_of(named.spec, observed, observed.generations)
 
 
 def register(app: typer.Typer) -> None:

@@ -67,6 +67,11 @@ def _lineage_lines(result: LineageResult) -> list[str]:
              f"{plural(result.desired_generations, 'generation')}; "
              f"ran {result.generations_run}" + (f" ({counts})" if counts else "")
              + f", spent ${result.spend_usd}"]
+    if result.stopped in ("target-reached", "plateau"):
+        lines.append(f"  done ({result.stopped}): spec.until holds; apply runs no more")
+    if result.measured:
+        lines.append(f"  measured: {result.measured} probe record(s), "
+                     f"{result.probe_failures} probe failure(s)")
     if result.refusal:
         lines.append(f"  refused: {result.refusal}")
     lines.extend(f"  error: {error}" for error in result.errors)

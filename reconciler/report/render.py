@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernels import KernelChoice
+from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
 from reconciler.report.words import plural
 from reconciler.state.observe import StatusReport
@@ -279,6 +280,7 @@ class StatusLine:
     labels: Mapping[str, str] = field(default_factory=dict)
     running: str | None = None  # "running in apply pid N on HOST, generation K"
     kernel: KernelChoice | None = None  # the kernel that would extend it
+    until: UntilStop | None = None  # its spec's spec.until holds: apply runs no more
 
     def places(self) -> dict[str, str] | None:
         if self.paths is None:
@@ -310,6 +312,9 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "places": line.places(),
                 "running": line.running,
                 "kernel": line.kernel.as_json() if line.kernel is not None else None,
+                "until": None if line.until is None else {
+                    "code": line.until.code, "generation": line.until.generation,
+                    "message": line.until.message},
             }
             for line in lines
         ],
@@ -334,6 +339,9 @@ def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> 
         else:  # a running generation's own marker, when no lock holder is known
             for running in report.generation_running:
                 console.print(rich_text(f"  running: {running}"), style="yellow")
+        if line.until is not None:
+            console.print(rich_text(f"  done ({line.until.code}): {line.until.message}"),
+                          style="green")
         if line.labels:
             console.print(rich_text(f"  labels: {_labels(line.labels)}"))
         places = line.places()

@@ -56,6 +56,14 @@ def test_each_until_kind_stops_and_a_failure_never_does(specs: Path,
     assert lineages["flat"]["until"]["code"] == "plateau"
     text = run_ouro("plan", str(specs), env=env).stdout
     assert "done (spec.until)" in text and "target-reached: gen 2 measured gen.n = 2" in text
+    status = json.loads(run_ouro("status", "--json", str(specs), env=env).stdout)
+    untils = {item["name"]: item["until"] for item in status["lineages"]}
+    assert untils["target"]["code"] == "target-reached" and untils["failing"] is None
+    assert untils["flat"]["code"] == "plateau"
+    shown = run_ouro("status", str(specs), env=env).stdout
+    assert "done (plateau)" in shown and "done (target-reached)" in shown
+    assert "target: done, 2 of 6 generations; ran 0" in run_ouro(
+        "apply", "--yes", str(specs), env=env).stdout  # done: apply runs no more
     # the condition changes: the lineage is extended again
     spec(specs, "target", "{probe: gen, metric: n, at_least: 4}")
     again = run_ouro("plan", "--json", str(specs), env=env)
