@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""What back-filling a probe over a lineage's history costs beyond its sandbox runs.
+
+One command: `python bench/probe_backfill.py [--generations N] [--parallel P]`.
+
+A lineage-shaped git dir of N generation commits (organism.el growing by one
+definition each) and a trivial probe (``sh -c 'printf {"ok": true}'``). Measured:
+``measure_missing`` back-filling all N generations, P at a time (the tree of each
+generation archived from the git dir, the sandbox, the metrics parsed, one record
+commit each, the coverage read). Baseline, in the same run and at the same
+parallelism: N bare runs of the same command in the same sandbox
+(``engine.probes.sandbox.measure``, no record, no coverage). Prints both and
+their ratio; target: at most 1.3 (issue 25; the issue's size is 1,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pygit2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reconciler.engine.probes import sandbox
+from reconciler.engine.probes.measure import measure_missing
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.spec.probes import ProbeSpec, resolve
+
+TARGET_RATIO = 1.3
+SCRIPT = 'printf \'{"ok": true}\''
+
+
+def lineage(root: Path, generations: int) -> tuple[LineagePaths, list[str]]:
+    repo = pygit2.init_repository(str(root / "x.git"), bare=True)
+    pygit2.init_repository(str(root / "x.observations"), bare=True)
+    signature = pygit2.Signature("ouro", "ouro@invalid", 1_700_000_000, 0)
+    body, parents, commits = b"(message \"seed\")\n", [], []
+    for number in range(1, generations + 1):
+        body += b"(defun g%d () %d)\n" % (number, number)
+        builder = repo.TreeBuilder()
+        builder.insert("organism.el", repo.create_blob(body), pygit2.enums.FileMode.BLOB)
+        oid = repo.create_commit("refs/heads/lineage-x", signature, signature,
+                                 f"gen {number}: changed", builder.write(), parents)
+        parents, commits = [oid], [*commits, str(oid)]
+    paths = LineagePaths(worktree=root / "x", git_dir=root / "x.git",
+                         observations=root / "x.observations", branch="lineage-x",
+                         observation_branch="observations/lineage-x", name="x")
+    return paths, commits
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generations", type=int, default=200)
+    parser.add_argument("--parallel", type=int, default=2)
+    args = parser.parse_args()
+    probe = resolve(ProbeSpec.model_validate(
+        {"name": "ok", "run": ["/bin/sh", "-c", SCRIPT], "ceilings": {"wall": 60, "cpu": 30}}))
+    with tempfile.TemporaryDirectory(prefix="ouro-bench-probes-") as temp:
+        paths, commits = lineage(Path(temp), args.generations)
+
+        def bare(index: int) -> None:
+            run = sandbox.measure(
+                git_dir=paths.git_dir, commit=commits[index], command=list(probe.run),
+                files=probe.files, ceilings=sandbox.probe_ceilings(60, 30, 512 << 20),
+                scope_name=f"ouro-bench-probe-{index}.{os.getpid()}")
+            assert run.metrics == {"ok": True}, run
+
+        began = time.monotonic()
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            list(pool.map(bare, range(args.generations)))
+        baseline = time.monotonic() - began
+        began = time.monotonic()
+        done = measure_missing(paths, [probe], parallel=args.parallel)
+        backfill = time.monotonic() - began
+        assert done.records == args.generations and not done.errors, done
+    ratio = backfill / baseline
+    print(f"{args.generations} generations, --parallel {args.parallel}: back-fill "
+          f"{backfill:.2f} s, bare sandbox runs {baseline:.2f} s, ratio {ratio:.2f} "
+          f"(target at most {TARGET_RATIO})")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
