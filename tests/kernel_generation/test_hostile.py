@@ -19,8 +19,8 @@ import pytest
 from reconciler.kernel.base.config import KERNEL_OWNED_NAMES, METADATA_FILE, Identity, LineagePaths
 from reconciler.kernel.base.errors import DamageError, RecoveryError, StorageError
 from reconciler.kernel.sandbox.decoder import MAX_DEPTH, path_budget
+from reconciler.kernel.transaction import faults, publish, recovery
 from reconciler.kernel.transaction import lineage as kernel_lineage
-from reconciler.kernel.transaction import publish, recovery
 from reconciler.kernel.transaction.generation import GenerationOutcome, run_generation
 from reconciler.state.audit import audit_lineage
 from reconciler.state.observe import observe
@@ -334,6 +334,18 @@ def test_no_space_left_on_device_is_said_with_its_place(small_disk: Path,
     outcome = life(born)
     assert outcome.status == "changed" and (born.worktree / "big.bin").stat().st_size == 9000000
     consistent(born)
+
+
+@pytest.mark.parametrize("text", ["failed to write out file: No space left on device",
+                                  "failed to make directory: Disk quota exceeded"])
+def test_libgit2s_full_disk_without_an_errno_is_said_as_one(tmp_path: Path, text: str) -> None:
+    """libgit2 raises an OSError with no errno and the cause in its text."""
+    paths = LineagePaths(tmp_path / "lin", tmp_path / "lin.git", tmp_path / "lin.observations",
+                         "lineage-test", "observations/lineage-test")
+    said = faults.translate(OSError(text), paths)
+    assert isinstance(said, StorageError)
+    assert str(said).startswith("kernel: no space left on device"), said
+    assert "free space there" in str(said)
 
 
 # ---------------------------------------------------------------- 1: the model socket firehose

@@ -75,7 +75,9 @@ def translate(
     text = str(exc)
     if isinstance(exc, OSError) and not isinstance(exc, pygit2.GitError):
         where = f"writing {exc.filename}" if exc.filename else "writing the lineage's places"
-        if exc.errno in _FULL_ERRNOS:
+        # libgit2's OSError ("failed to write out file: No space left on device") has
+        # no errno; its text is all it says
+        if exc.errno in _FULL_ERRNOS or any(m in text.lower() for m in _FULL_TEXT):
             return _no_space(paths, where, extra)
         return StorageError(
             f"kernel: {exc.strerror or text} ({exc.filename or 'a lineage place'}) during a "
