@@ -17,8 +17,10 @@ from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
     from reconciler.kernel.base.config import LineagePaths
+    from reconciler.report.history import ProbeColumns
     from reconciler.state.summaries import LineageSummary
 
+DEFAULT_EXPERIMENT = "ouro"  # `ouro export --to mlflow`'s experiment unless --experiment
 NamesArgument = Annotated[list[str], typer.Argument(help="lineage names", show_default=False)]
 SpecsOption = Annotated[
     list[Path] | None,
@@ -108,31 +110,95 @@ def diff_command(
     sys.stdout.write(diff_text(diff_generations(paths, summary, first, second)))
 
 
+def _require_mlflow() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise OuroError(
+            "ouro export --to mlflow: needs the MLflow client, which is not installed; "
+            "install it from a checkout with: pip install -c constraints.txt -e '.[mlflow]' "
+            "(or pip install 'ouro-lineages[mlflow]')")
+
+
+def _to_mlflow(found: list[tuple[LineagePaths, LineageSummary]], probes: ProbeColumns,
+               specs: list[Path] | None, tracking_uri: str | None, experiment: str,
+               state_dir: Path | None) -> None:
+    import json
+
+    from reconciler.engine.mlflow_export import export_runs, lineage_run
+    from reconciler.report.history import export_text
+    from reconciler.spec.load import load_specs
+    from reconciler.state.birth import birth
+
+    loaded = {item.name: item for item in load_specs(specs, state_dir=state_dir)} \
+        if specs else {}
+    runs = []
+    for paths, summary in found:
+        rows = [json.loads(line) for line in export_text([summary], "jsonl", probes)
+                .splitlines()]
+        runs.append(lineage_run(summary.name, rows, birth(paths), loaded.get(summary.name)))
+    for done in export_runs(runs, tracking_uri, experiment):
+        steps = (f"generations {done.steps_added[0]}-{done.steps_added[-1]}"
+                 if done.steps_added else "nothing new")
+        print(f"{done.name}: MLflow run {done.run_id} ({'created' if done.created else 'found'}"
+              f" in experiment {experiment!r}): {done.points_added} metric points added, "
+              f"{steps}")
+        for key in done.params_kept:
+            print(f"{done.name}: param {key} differs from the run's; MLflow never changes a "
+                  f"logged param (the run keeps the old value; tag ouro.spec_digest is current)",
+                  file=sys.stderr)
+
+
+def _check_destination(to: str | None, out: Path | None, tracking_uri: str | None,
+                       experiment: str) -> None:
+    """Usage errors (exit 2) of --to and its options; a missing extra (exit 1)."""
+    if to not in (None, "mlflow"):
+        raise typer.BadParameter(f"{to!r} is not one of mlflow", param_hint="--to")
+    if to is None and (tracking_uri is not None or experiment != DEFAULT_EXPERIMENT):
+        raise typer.BadParameter("goes with --to mlflow", param_hint="--tracking-uri/--experiment")
+    if to is not None and out is not None:
+        raise typer.BadParameter("-o writes the table to a file; --to mlflow writes none",
+                                 param_hint="-o")
+    if to is not None:
+        _require_mlflow()
+
+
 def export_command(
     names: NamesArgument,
     fmt: Annotated[str, typer.Option("--format", callback=one_of(("csv", "jsonl")),
                                      help="csv or jsonl")] = "csv",
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write to FILE")] = None,
+    to: Annotated[str | None, typer.Option(
+        "--to", help="mlflow: log to an MLflow tracking store instead (the mlflow extra)")]
+    = None,
+    tracking_uri: Annotated[str | None, typer.Option(
+        "--tracking-uri", help="with --to mlflow: the tracking URI (else MLflow's default, "
+        "MLFLOW_TRACKING_URI)")] = None,
+    experiment: Annotated[str, typer.Option(
+        "--experiment", help="with --to mlflow: the experiment (made when missing)")]
+    = DEFAULT_EXPERIMENT,
     specs: SpecsOption = None,
     state_dir: StateDir = None,
 ) -> None:
-    """The per-generation table for pandas or R: one row per generation (docs/export.md)."""
+    """The per-generation table for pandas or R: one row per generation (docs/export.md);
+    or, with --to mlflow, one MLflow run per lineage with a step per generation."""
     from reconciler.report.escape import terminal
     from reconciler.report.history import EXPORT_FORMATS, export_text
+    from reconciler.state.probes import columns
 
     if fmt not in EXPORT_FORMATS:
         raise OuroError(f"ouro export: --format {fmt!r} is not one of "
                         f"{', '.join(EXPORT_FORMATS)}")
-    from reconciler.state.probes import columns
-
-    summaries = []
-    probes = {}
-    for paths, summary in _summaries(names, specs, state_dir):
-        summaries.append(summary)
-        probes[summary.name] = columns(paths)
+    _check_destination(to, out, tracking_uri, experiment)
+    found = _summaries(names, specs, state_dir)
+    summaries = [summary for _paths, summary in found]
+    probes = {summary.name: columns(paths) for paths, summary in found}
     for summary in summaries:
         for problem in summary.problems:
             print(terminal(f"ouro export: {summary.name}: {problem}"), file=sys.stderr)
+    if to is not None:
+        _to_mlflow(found, probes, specs, tracking_uri, experiment, state_dir)
+        return
     text = export_text(summaries, fmt, probes)
     if out is None:
         sys.stdout.write(text)

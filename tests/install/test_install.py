@@ -58,7 +58,8 @@ def _pins() -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize("extra", [None, "test", "view"], ids=["runtime", "test", "view"])
+@pytest.mark.parametrize("extra", [None, "test", "view", "mlflow"],
+                         ids=["runtime", "test", "view", "mlflow"])
 def test_every_declared_dependency_is_pinned_inside_its_bounds(extra: str | None) -> None:
     pins = _pins()
     for requirement in _requirements(extra):
@@ -77,10 +78,15 @@ def test_the_runtime_dependencies_have_upper_bounds() -> None:
     assert not unbounded, f"no upper bound: {unbounded}"
 
 
-def _imported_roots(folder: Path) -> dict[str, str]:
+def _imported_roots_of(path: Path) -> dict[str, str]:
+    """Top-level names imported by one .py file -> the first place importing it."""
+    return _imported_roots(path.parent, [path])
+
+
+def _imported_roots(folder: Path, paths: list[Path] | None = None) -> dict[str, str]:
     """Top-level names imported by the .py files under folder -> one place importing it."""
     roots: dict[str, str] = {}
-    for path in sorted(folder.rglob("*.py")):
+    for path in paths if paths is not None else sorted(folder.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -107,12 +113,14 @@ def _undeclared(folder: Path, declared: set[str], local: set[str]) -> list[str]:
 
 
 VIEWER = ROOT / "reconciler" / "report" / "viewer"
+MLFLOW_EXPORT = ROOT / "reconciler" / "engine" / "mlflow_export.py"
 
 
 def test_reconciler_imports_only_declared_dependencies() -> None:
     declared = {canonicalize_name(r.name) for r in _requirements()}
     problems = [problem for problem in _undeclared(ROOT / "reconciler", declared, {"reconciler"})
-                if not problem.startswith(str(VIEWER.relative_to(ROOT)))]
+                if not problem.startswith((str(VIEWER.relative_to(ROOT)),
+                                           str(MLFLOW_EXPORT.relative_to(ROOT))))]
     assert not problems, "undeclared runtime dependencies:\n" + "\n".join(problems)
 
 
@@ -127,6 +135,21 @@ def test_only_the_viewer_imports_the_view_extra() -> None:
         dists = {canonicalize_name(d) for d in providers.get(root, [])}
         if dists & view:
             assert where.startswith(str(VIEWER.relative_to(ROOT))), f"{where} imports {root}"
+
+
+def test_only_the_mlflow_export_imports_the_mlflow_extra() -> None:
+    """`ouro export --to mlflow` checks for the extra, then enters its one module."""
+    assert f"{DISTRIBUTION}[mlflow]" in PYPROJECT["project"]["optional-dependencies"]["test"]
+    providers = importlib.metadata.packages_distributions()
+    extra = {canonicalize_name(r.name) for r in _requirements("mlflow")}
+    assert extra == {"mlflow-skinny"}
+    seen = []
+    for path in sorted((ROOT / "reconciler").rglob("*.py")):
+        for root, where in _imported_roots_of(path).items():
+            if {canonicalize_name(d) for d in providers.get(root, [])} & extra:
+                seen.append(where)
+                assert path == MLFLOW_EXPORT, f"{where} imports {root}"
+    assert seen, "the mlflow export imports no MLflow module"
 
 
 def test_tests_import_only_declared_dependencies() -> None:
