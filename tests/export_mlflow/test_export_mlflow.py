@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from reconciler.engine.mlflow_export import LineageRun, export_runs, metric_points
 from reconciler.spec.load import load_specs
-from tests.apply.helpers import run_ouro, write_spec
+from tests.apply.helpers import REPO_ROOT, run_ouro, write_spec
 from tests.inprocess import ouro
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
@@ -25,6 +26,14 @@ NUMERIC = ("exit_status", "organism_bytes", "organism_added", "organism_deleted"
            "paths_changed", "model_calls", "tokens_in", "tokens_out", "spend_usd",
            "cpu_seconds", "memory_peak_bytes", "wall_seconds", "external_edits_before",
            "observed", "truncated_calls", "stops_lineage", "usage_exceeds_request")
+
+
+PROBE = """  probes:
+    - name: definitions
+      run: [emacs, -Q, --batch, -l, /probe/definitions.el]
+      files: probes/definitions
+      ceilings: {wall: 60s, cpu: 30s, memory: 512MiB}
+"""
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -49,11 +58,20 @@ def _table(env: dict[str, str], name: str) -> list[dict[str, object]]:
 def _expected(rows: list[dict[str, object]]) -> dict[str, list[tuple[int, float]]]:
     found: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
-        for column in NUMERIC:
+        for column in (*NUMERIC, *(c for c in row if c.startswith("probe."))):
             value = row[column]
             if isinstance(value, bool | int | float | str):  # None: unknown, not a point
                 found.setdefault(column, []).append((int(str(row["generation"])), float(value)))
     return found
+
+
+def _spec(folder: Path, generations: int) -> Path:
+    """An echo lineage with the default fleet's probe (probe.definitions.* columns)."""
+    if not (folder / "probes").exists():
+        shutil.copytree(REPO_ROOT / "specs" / "probes", folder / "probes")
+    spec = write_spec(folder, "alpha", generations)
+    spec.write_text(spec.read_text() + PROBE)
+    return spec
 
 
 def _run(client: MlflowClient, experiment: str, name: str) -> Run:
@@ -77,7 +95,7 @@ def test_round_trip_then_only_new_steps(tmp_path: Path, monkeypatch: pytest.Monk
     uri = (tmp_path / "mlruns").as_uri()
     specs = tmp_path / "specs"
     specs.mkdir()
-    spec = write_spec(specs, "alpha", 3)
+    spec = _spec(specs, 3)
     _ok(env, "apply", "--yes", str(spec))
     text = _ok(env, "export", "alpha", "--to", "mlflow", "--tracking-uri", uri,
                "--experiment", "growth", "--specs", str(spec))
@@ -86,6 +104,7 @@ def test_round_trip_then_only_new_steps(tmp_path: Path, monkeypatch: pytest.Monk
     run = _run(client, "growth", "alpha")
     rows = _table(env, "alpha")
     assert _history(client, run) == _expected(rows)
+    assert [step for step, _ in _history(client, run)["probe.definitions.forms"]] == [1, 2, 3]
     [loaded] = load_specs([spec], state_dir=tmp_path / "state")
     assert run.data.params["metadata.name"] == "alpha"
     assert run.data.params["spec.generations"] == "3"
@@ -98,7 +117,7 @@ def test_round_trip_then_only_new_steps(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(str(tags["ouro.kernel_fingerprint"])) == 64
     assert tags["mlflow.runName"] == "alpha"
     # More generations, then export again: the same run, only generations 4-5 added.
-    write_spec(specs, "alpha", 5)
+    _spec(specs, 5)
     _ok(env, "apply", "--yes", str(spec))
     text = _ok(env, "export", "alpha", "--to", "mlflow", "--tracking-uri", uri,
                "--experiment", "growth", "--specs", str(spec))
@@ -190,3 +209,16 @@ def test_probe_columns_and_batches_beyond_mlflows_limits(
     assert max(metrics for metrics, _ in batches) == 1000
     assert max(others for _, others in batches) == 100
     assert sum(metrics for metrics, _ in batches) == 4500
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--to", "xlsx"), "'xlsx' is not one of mlflow"),
+    (("--tracking-uri", "file:///nowhere"), "goes with --to mlflow"),
+    (("--experiment", "other"), "goes with --to mlflow"),
+    (("--to", "mlflow", "-o", "table.csv"), "--to mlflow writes none"),
+], ids=["unknown-destination", "uri-alone", "experiment-alone", "file-and-mlflow"])
+def test_destination_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str],
+                                         args: tuple[str, ...], said: str) -> None:
+    code, _out, err = ouro(monkeypatch, capsys, "export", "any", *args)
+    assert code == 2 and said in " ".join(err.split()), err
