@@ -800,6 +800,13 @@ def _probes(document: _Document) -> tuple[ResolvedProbe, ...]:
                         ) from None
 
 
+def _member_of(document: _Document) -> str:
+    """How a problem of a set's member begins: the member and its set ('' for a Lineage)."""
+    if document.set_name is None:
+        return ""
+    return f"member {document.spec.name} of set {document.set_name}: "
+
+
 def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
                   problems: list[Problem]) -> None:
     """Names are unique in a run; no two lineages (or one lineage's places) share a place."""
@@ -811,7 +818,7 @@ def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
             first, (line, column) = names[spec.name]
             problems.append(_problem(
                 document.source.shown, *where, "metadata.name",
-                f"lineage {spec.name!r} is already defined at "
+                f"{_member_of(document)}lineage {spec.name!r} is already defined at "
                 f"{first.source.shown}:{line}:{column}; names must be unique",
             ))
             continue
@@ -827,7 +834,8 @@ def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
                 problems.append(_problem(
                     document.source.shown,
                     *_locate(document.node, ("spec", "storage", field), key=False),
-                    f"spec.storage.{field}", f"{place} is already used by {other}",
+                    f"spec.storage.{field}",
+                    f"{_member_of(document)}{place} is already used by {other}",
                 ))
             else:
                 places[place] = (spec.name, owner)
@@ -891,7 +899,7 @@ def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
                 problems.append(_problem(
                     document.source.shown,
                     *_locate(document.node, ("spec", "storage", field), key=False),
-                    f"spec.storage.{field}", problem))
+                    f"spec.storage.{field}", _member_of(document) + problem))
 
 
 def _places(spec: LoadedSpec) -> tuple[Path, Path, Path]:

@@ -169,8 +169,17 @@ def test_member_names_collide_with_a_lineage_and_another_set(tmp_path: Path) -> 
     problems = [str(p) for p in caught.value.problems]
     assert any(p.startswith(f"{tmp_path / 'a.yaml'}:8:18: metadata.name: lineage 'twin-1' is "
                             f"already defined at {tmp_path / 'a.yaml'}:3:18") for p in problems)
-    assert any(p.startswith(f"{tmp_path / 'b.yaml'}:3:18: metadata.name: lineage 'twin-0' is "
-                            "already defined") for p in problems), problems
+    assert any(p.startswith(f"{tmp_path / 'b.yaml'}:3:18: metadata.name: member twin-0 of set "
+                            "twin: lineage 'twin-0' is already defined")
+               for p in problems), problems
+
+
+def test_a_members_place_problem_names_the_member(tmp_path: Path) -> None:
+    path = _write(tmp_path, "apiVersion: ouro/v1\nkind: LineageSet\nmetadata: {name: far}\n"
+                  "spec: {template: {generations: 1, model: {provider: echo}}}\n")
+    problems = _problems(path, Path("/proc/ouro-sets-test"))
+    assert problems[0].startswith(f"{path}:4:7: spec.storage.path: member far-0 of set far: "
+                                  "/proc/ouro-sets-test/far-0 is under /proc"), problems
 
 
 def test_the_example_validates_and_the_schema_knows_both_kinds() -> None:
