@@ -78,6 +78,30 @@ def test_raising_creates_and_lowering_orphans_without_deleting(
     assert plan["orphaned"] == []
 
 
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_a_saved_plan_verify_and_status_work_on_members(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    spec = tmp_path / "set.yaml"
+    spec.write_text(SET.format(replicas=2))
+    saved = tmp_path / "plan.json"
+    planned = run_ouro("plan", "-o", str(saved), "-l", "ouro/replica=1", str(spec), env=env)
+    assert planned.returncode == 2, planned.stderr
+    applied = run_ouro("apply", str(saved), env=env)  # reloads the set's file by name
+    assert applied.returncode == 0, applied.stderr
+    _, plan = _plan(spec, env)
+    actions = {item["name"]: item["action"] for item in plan["lineages"]}  # type: ignore[union-attr]
+    member = next(name for name in actions if name.endswith("-1"))
+    assert actions == {member.removesuffix("-1") + "-0": "create", member: "in-sync",
+                       "alone": "create"}
+    verified = run_ouro("verify", "--json", str(spec), env=env)
+    found = {item["lineage"]: item for item in json.loads(verified.stdout)["lineages"]}
+    assert found[member]["status"] == "consistent", verified.stdout
+    status = run_ouro("status", "-l", "ouro/set=grow", str(spec), env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"{member}: 1 generation" in status.stdout
+
+
 def test_orphans_are_named_as_members_and_unknown_to_the_run() -> None:
     existing = {name: f"/s/{name}" for name in (
         "grow-echo-410cbe-1", "grow-echo-410cbe-0", "grow-0", "grow-x", "grow-up-ab12cd-3",
