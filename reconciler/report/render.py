@@ -254,19 +254,31 @@ def plan_markdown(plan: Plan) -> str:
         out.append("")
         if action == "refuse":
             out += ["| lineage | reason | observed | what to do |", "|---|---|---:|---|"]
-            out += [f"| {markdown_code(i.name)} | {_reasons_cell(i)} | {i.observed_generations} | "
+            out += [f"| {_lineage_cell(i)} | {_reasons_cell(i)} | {i.observed_generations} | "
                     f"{_messages_cell(i)} |" for i in items]
         else:
             out += ["| lineage | observed | desired | missing | worst-case spend | changes |",
                     "|---|---:|---:|---:|---:|---|"]
             out += [
-                f"| {markdown_code(i.name)} | {i.observed_generations} | {i.desired_generations} | "
+                f"| {_lineage_cell(i)} | {i.observed_generations} | {i.desired_generations} | "
                 f"{i.missing_generations} | {_money(i.max_spend_usd)} | "
                 f"{_cell('; '.join(_change_text(c) for c in i.changes)) or '—'} |"
                 for i in items
             ]
         out.append("")
+    if plan.orphans:
+        out += [f"#### ? orphaned ({len(plan.orphans)}): kept, nothing is deleted", "",
+                "| lineage | set | path |", "|---|---|---|"]
+        out += [f"| {markdown_code(o.name)} | {markdown_code(o.set_name)} | "
+                f"{markdown_code(o.path)} |" for o in plan.orphans]
+        out.append("")
     return "\n".join(out)
+
+
+def _lineage_cell(item: LineagePlan) -> str:
+    if item.set_name is None:
+        return markdown_code(item.name)
+    return f"{markdown_code(item.name)} (set {markdown_code(item.set_name)})"
 
 
 # ---------------------------------------------------------------- status

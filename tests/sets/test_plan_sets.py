@@ -66,6 +66,9 @@ def test_raising_creates_and_lowering_orphans_without_deleting(
     assert f"  ? {first_two[1]}" in text.stdout and "orphaned" in text.stdout
     assert "1 orphaned (kept)" in text.stdout
     assert "lineages not in a set:" in text.stdout
+    markdown = run_ouro("plan", "--markdown", str(spec), env=env).stdout
+    assert f"| `{first_two[0]}` (set `grow`) | 1 | 1 | 0 |" in markdown
+    assert f"| `{first_two[1]}` | `grow` | `{state / first_two[1]}` |" in markdown
     again = run_ouro("apply", "-y", str(spec), env=env)
     assert again.returncode == 0, again.stderr
     for name in first_two:  # nothing deleted: both lineages are whole
