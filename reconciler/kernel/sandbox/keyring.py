@@ -1,17 +1,22 @@
 """A fresh, empty session keyring for every life (physics release 2). Trusted harness.
 
 Rule: a life never runs in the keyring of whoever ran ouro. The sandbox is started
-from a short-lived thread that first joins a new anonymous session keyring
+from a thread of its own that first joins a new anonymous session keyring
 (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``): credentials are per thread in
 Linux, so only the processes that thread starts get the new keyring, and the
 kernel's other threads keep theirs. No ``preexec_fn`` (unsafe with threads) and no
-extra program on the way to bwrap.
+extra program on the way to bwrap. That thread outlives the process it started:
+bwrap's ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the parent
+*thread* ends, so a thread that ended once the process had started would kill the
+life whenever bwrap armed the signal first (a loaded host: a false signal-9 death).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,8 +50,10 @@ def _join_fresh_session_keyring() -> None:
 
 def in_fresh_session_keyring(spawn: Callable[[], T]) -> T:
     """``spawn()`` on a new thread that first joined a new anonymous session keyring, so
-    the processes it starts get that keyring and this process keeps its own."""
+    the processes it starts get that keyring and this process keeps its own. When it
+    returns a process, the thread lives on until that process has exited."""
     box: dict[str, Any] = {}
+    spawned = threading.Event()
 
     def target() -> None:
         try:
@@ -54,11 +61,21 @@ def in_fresh_session_keyring(spawn: Callable[[], T]) -> T:
             box["value"] = spawn()
         except BaseException as exc:  # handed back to the caller's thread
             box["error"] = exc
+        finally:
+            spawned.set()
+        if isinstance(box.get("value"), subprocess.Popen):
+            _outlive(box["value"].pid)
 
-    thread = threading.Thread(target=target, name="ouro-life-keyring")
+    thread = threading.Thread(target=target, name="ouro-life-keyring", daemon=True)
     thread.start()
-    thread.join()
+    spawned.wait()
     if "error" in box:
         raise box["error"]
     value: T = box["value"]
     return value
+
+
+def _outlive(pid: int) -> None:
+    """Wait until process ``pid`` has exited, without reaping it (its Popen does)."""
+    with contextlib.suppress(ChildProcessError):  # reaped already
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
