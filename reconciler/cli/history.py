@@ -126,6 +126,7 @@ def _to_mlflow(found: list[tuple[LineagePaths, LineageSummary]], probes: ProbeCo
     import json
 
     from reconciler.engine.mlflow_export import export_runs, lineage_run
+    from reconciler.report.escape import terminal
     from reconciler.report.history import export_text
     from reconciler.spec.load import load_specs
     from reconciler.state.birth import birth
@@ -140,13 +141,13 @@ def _to_mlflow(found: list[tuple[LineagePaths, LineageSummary]], probes: ProbeCo
     for done in export_runs(runs, tracking_uri, experiment):
         steps = (f"generations {done.steps_added[0]}-{done.steps_added[-1]}"
                  if done.steps_added else "nothing new")
-        print(f"{done.name}: MLflow run {done.run_id} ({'created' if done.created else 'found'}"
-              f" in experiment {experiment!r}): {done.points_added} metric points added, "
-              f"{steps}")
+        print(terminal(f"{done.name}: MLflow run {done.run_id} ("
+                       f"{'created' if done.created else 'found'} in experiment "
+                       f"{experiment!r}): {done.points_added} metric points added, {steps}"))
         for key in done.params_kept:
-            print(f"{done.name}: param {key} differs from the run's; MLflow never changes a "
-                  f"logged param (the run keeps the old value; tag ouro.spec_digest is current)",
-                  file=sys.stderr)
+            print(terminal(f"{done.name}: param {key} differs from the run's; MLflow never "
+                           "changes a logged param (the run keeps the old value; tag "
+                           "ouro.spec_digest is current)"), file=sys.stderr)
 
 
 def _check_destination(to: str | None, out: Path | None, tracking_uri: str | None,

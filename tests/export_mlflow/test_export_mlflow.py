@@ -15,6 +15,7 @@ from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
 from reconciler.engine.mlflow_export import LineageRun, export_runs, metric_points
+from reconciler.errors import OuroError
 from reconciler.spec.load import load_specs
 from tests.apply.helpers import REPO_ROOT, run_ouro, write_spec
 from tests.inprocess import ouro
@@ -222,3 +223,15 @@ def test_destination_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch,
                                          args: tuple[str, ...], said: str) -> None:
     code, _out, err = ouro(monkeypatch, capsys, "export", "any", *args)
     assert code == 2 and said in " ".join(err.split()), err
+
+
+def test_a_store_that_refuses_is_a_clear_error(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 3 refuses a file store unless asked: the error names the URI and the fix."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "mlruns").as_uri()
+    with pytest.raises(OuroError) as raised:
+        export_runs([LineageRun("one", "0" * 40, [{"generation": 1, "model_calls": 1}],
+                                {}, {})], uri, "ouro")
+    assert f"the MLflow tracking store at {uri} refused" in str(raised.value)
+    assert "MLFLOW_ALLOW_FILE_STORE=true" in str(raised.value)
