@@ -90,6 +90,7 @@ def _history(client: MlflowClient, run: Run) -> dict[str, list[tuple[int, float]
             for key in run.data.metrics}
 
 
+@pytest.mark.slow  # two applies with a probe: 14 s alone, more on a loaded host
 def test_round_trip_then_only_new_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     env = _env(tmp_path)
