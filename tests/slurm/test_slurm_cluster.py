@@ -262,8 +262,10 @@ def test_a_time_limit_too_short_for_one_generation_is_refused(
     _with_executor(write_spec(specs, "sl-short", 1), "time: 2m")
     result = run_ouro("apply", "--yes", "--executor", "slurm", str(specs), env=env)
     assert result.returncode == 1, result.stderr
-    assert "spec.executor.slurm.time 120s is too short" in result.stderr
-    assert f"{specs / 'sl-short.yaml'}:1" in result.stderr
+    # a lineage's error is printed once, in the summary (stdout); progress points to it
+    assert "spec.executor.slurm.time 120s is too short" in result.stdout
+    assert f"{specs / 'sl-short.yaml'}:1" in result.stdout
+    assert "sl-short: 1 error; the summary says what" in result.stderr
     assert not (tmp_path / "state" / "sl-short.git").exists()
 
 
