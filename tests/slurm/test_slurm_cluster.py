@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from reconciler.engine.lockfs import TRUST_OVERRIDE_ENV, lock_trust
+from reconciler.kernel.base.formats import MARKER_FILE
 from tests.apply.helpers import (
     assert_invariant,
     observation_numbers,
@@ -144,7 +145,10 @@ def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
         ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    _wait_for(lambda: _started(tmp_path, "sl-cut", 2))
+    # started, and its intent marker written: a kill between the two leaves nothing to
+    # recover, which is not what this test is about
+    marker = Path(paths.git_dir) / MARKER_FILE
+    _wait_for(lambda: _started(tmp_path, "sl-cut", 2) and marker.exists())
     job = next(e["executor_job"] for e in _events(tmp_path)
                if e["event"] == "job-submitted" and e["lineage"] == "sl-cut")
     if how == "KILL":
