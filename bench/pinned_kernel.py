@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_lineage import replay_lineage
 
-from reconciler.engine.kernels import run_record, store_running
+from reconciler.engine.kernel_store_writer import run_record, store_running
 from reconciler.engine.pinned import PinnedKernel
 from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.transaction.generation import run_generation
-from reconciler.state.kernels import KernelStore
+from reconciler.state.kernel_store import KernelStore
 
 TARGET_S = 0.05
 

@@ -4,6 +4,7 @@ Layers, top to bottom (a layer imports only those below it; the import-linter
 contracts in pyproject.toml enforce it):
 
     cli        typer only: parse, call one engine function, render, exit code
+    viewer     `ouro view`: the second face, a read-only local web viewer
     report     text, JSON, markdown, progress (no decisions)
     engine     apply's session, locks, limits, events, audits, doctor (side effects)
     plan       desired vs observed -> actions (pure), saved plans

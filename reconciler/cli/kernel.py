@@ -33,7 +33,7 @@ def _size(value: int) -> str:
 @kernel_app.command("list", short_help='Every stored kernel and the lineages that need it.')
 def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir = None) -> None:
     """Every stored kernel: fingerprint, commits, the known lineages that need it, size."""
-    from reconciler.engine.kernels import default_store, known_needs, list_store
+    from reconciler.engine.kernel_store_writer import default_store, known_needs, list_store
 
     store = default_store(state_dir)
     rows = list_store(store, known_needs(specs or [], state_dir))
@@ -63,8 +63,8 @@ def fetch_command(
     state_dir: StateDir = None,
 ) -> None:
     """Put COMMIT's kernel into the store, from a repository, a bundle or a URL."""
-    from reconciler.engine.kernels import default_store, fetch, recorded_repository
-    from reconciler.state.kernels import checkout_repository
+    from reconciler.engine.kernel_store_writer import default_store, fetch, recorded_repository
+    from reconciler.state.kernel_store import checkout_repository
 
     where = (source or recorded_repository(commit, specs or [], state_dir)
              or (str(checkout_repository()) if checkout_repository() else None))
@@ -82,7 +82,7 @@ def prune_command(
     state_dir: StateDir = None,
 ) -> None:
     """Remove stored kernels no known lineage needs (never this ouro's own)."""
-    from reconciler.engine.kernels import default_store, known_needs, prune
+    from reconciler.engine.kernel_store_writer import default_store, known_needs, prune
     from reconciler.state import instrument
 
     removed = prune(default_store(state_dir), known_needs(specs or [], state_dir),

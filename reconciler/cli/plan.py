@@ -27,7 +27,7 @@ def plan_command(
     state_dir: StateDir = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
-    from reconciler.engine.kernels import default_store, plan_fleet
+    from reconciler.engine.kernel_store_writer import default_store, plan_fleet
     from reconciler.engine.sets import set_orphans
     from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan

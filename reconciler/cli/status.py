@@ -35,7 +35,7 @@ def status_command(
 ) -> None:
     """What each lineage is now: generations, outcomes, deaths, spend, journal, heads,
     labels, where it lives, and whether another apply is running it."""
-    from reconciler.engine.kernels import default_store, lineage_kernel
+    from reconciler.engine.kernel_store_writer import default_store, lineage_kernel
     from reconciler.report.render import StatusLine, print_status, status_json
     from reconciler.spec.select import SelectorError, parse
     from reconciler.spec.select import select as choose

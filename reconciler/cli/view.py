@@ -41,7 +41,7 @@ def view_command(
     """Serve a read-only web view of the fleet: progress, spend, deaths, timelines, diffs,
     journal entries and plots; the printed URL carries the access token."""
     _require_libraries()
-    from reconciler.report.viewer.server import serve
+    from reconciler.viewer.server import serve
 
     serve(list(paths or []), state_dir=state_dir, host=host, port=port)
 

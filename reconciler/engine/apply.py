@@ -29,7 +29,7 @@ from tenacity import (
     wait_random,
 )
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober, ProbeResult, probe
@@ -53,7 +53,7 @@ from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
-from reconciler.state.kernels import KernelStore
+from reconciler.state.kernel_store import KernelStore
 from reconciler.state.observe import Observed, failed_streak, observe, replay_cursor
 from reconciler.state.preflight import provider_problem
 
@@ -216,19 +216,20 @@ class Engine:
 
     def kernel_store(self) -> KernelStore:
         if self.store is None:
-            self.store = engine_kernels.default_store()
+            self.store = kernel_store_writer.default_store()
         return self.store
 
     def _plan(self, spec: LoadedSpec, observed: Observed) -> LineagePlan:
-        facts = engine_kernels.facts_for(spec, observed, self.identity, self.kernel_store())
+        facts = kernel_store_writer.facts_for(spec, observed, self.identity, self.kernel_store())
         return plan_lineage(spec, observed, self.identity, preflight=provider_problem,
                             kernel=facts)
 
-    def _kernel(self, current: LineagePlan, observed: Observed) -> engine_kernels.LineageKernel:
+    def _kernel(self, current: LineagePlan,
+                observed: Observed) -> kernel_store_writer.LineageKernel:
         """The lineage's chosen kernel, ready: every kernel is in the store before it
         births, recovers or extends a lineage."""
-        return engine_kernels.prepare(self.kernel_store(), self.identity, current.kernel,
-                                      observed.lineage_metadata)
+        return kernel_store_writer.prepare(self.kernel_store(), self.identity, current.kernel,
+                                           observed.lineage_metadata)
 
     def run(
         self, jobs: Sequence[tuple[LoadedSpec, LineagePlan]], parallel: int
@@ -257,7 +258,7 @@ class Engine:
         result = LineageResult(
             spec.name, planned.action, desired_generations=spec.spec.spec.generations
         )
-        kernel: engine_kernels.LineageKernel | None = None
+        kernel: kernel_store_writer.LineageKernel | None = None
         try:
             places = spec.paths()
             with LineageLock(spec.name, places.git_dir, timeout=self.lock_timeout,
@@ -405,7 +406,7 @@ class Engine:
 
     def _run_generations(
         self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
-        kernel: engine_kernels.LineageKernel, previous: Any = None,
+        kernel: kernel_store_writer.LineageKernel, previous: Any = None,
     ) -> None:
         """The missing generations, one at a time; ``previous``: the provider failure the
         newest generation recorded (a probe comes first if it says the provider was down)."""

@@ -10,7 +10,7 @@ kernel's result and error types, so that apply treats a pinned kernel exactly as
 its own (a ``TransientError`` is retried, a ``DriftError`` names its reason, ...).
 
 The entry is verified against its fingerprint right before it is started, and must
-hold exactly its files (``state.kernels``): a file planted beside the package is
+hold exactly its files (``state.kernel_store``): a file planted beside the package is
 ``kernel-damaged``, never imported.
 """
 
@@ -42,7 +42,7 @@ from reconciler.kernel.base.config import (
 )
 from reconciler.kernel.base.launch import module_command
 from reconciler.kernel.base.refusals import KernelRefusal, as_kernel_refusal
-from reconciler.state.kernels import KernelStore, StoredKernel
+from reconciler.state.kernel_store import KernelStore, StoredKernel
 
 if TYPE_CHECKING:  # imported when a generation runs: planning never loads the kernel's parts
     from reconciler.kernel.transaction.generation import GenerationOutcome

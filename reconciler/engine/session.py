@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.apply import (
     Engine,
     Limits,
@@ -171,9 +171,9 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
         specs = load_specs(paths, state_dir=request.state_dir)
     specs = _selected(specs, request.select)
     observed = {spec.name: observe(spec_paths(spec)) for spec in specs}
-    plan = engine_kernels.plan_fleet([(spec, observed[spec.name]) for spec in specs], identity,
-                                     engine_kernels.default_store(request.state_dir),
-                                     preflight=provider_problem)
+    plan = kernel_store_writer.plan_fleet([(spec, observed[spec.name]) for spec in specs], identity,
+                                          kernel_store_writer.default_store(request.state_dir),
+                                          preflight=provider_problem)
     if saved is not None:
         stale = check_fresh(
             saved, observed, instrument=identity, spec_digests={s.name: s.sha256 for s in specs}
@@ -233,7 +233,7 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     audits = AuditBatches(audit_record_dir(request.state_dir))
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
-                    store=engine_kernels.default_store(request.state_dir),
+                    store=kernel_store_writer.default_store(request.state_dir),
                     prober=Prober() if request.probe else None)
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     engine.probe_parallel = width

@@ -36,7 +36,7 @@ from reconciler.kernel.base.formats import INSTRUMENT_KEYS
 # shared with state and the kernel itself.
 from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
-from reconciler.plan.kernels import KernelChoice, KernelFactsLike, choose
+from reconciler.plan.kernel_choice import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.probes import MeasurementWork, UntilStop, measurement_work, until_stop
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 from reconciler.spec import sets as spec_sets
@@ -367,7 +367,7 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
     ("partial-paths", _from_problems("partial-paths")),
     ("instrument-commit-drift", _commit_drift),
     ("fingerprint-drift", _fingerprint_drift),
-    # the kernel choice's own refusals (``plan.kernels``): checked only with a choice
+    # the kernel choice's own refusals (``plan.kernel_choice``): checked only with a choice
     ("foreign-kernel", _no_check),
     ("kernel-unavailable", _no_check),
     ("kernel-damaged", _no_check),
@@ -378,7 +378,7 @@ _REFUSAL_ORDER: tuple[tuple[Reason, _Check], ...] = (
 )
 
 
-# With the lineage's kernel chosen (``plan.kernels``), the choice replaces the identity
+# With the lineage's kernel chosen (``plan.kernel_choice``), the choice replaces the identity
 # checks: its refusal (one of these) is given at its own place in the order.
 _KERNEL_CHECKS: tuple[Reason, ...] = ("instrument-commit-drift", "fingerprint-drift",
                                       "foreign-kernel", "kernel-unavailable", "kernel-damaged")
@@ -516,8 +516,8 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     ``preflight`` (``reconciler.state.preflight.provider_problem``) says why the model
     could not be served here; it is asked only when generations would run. Without
     it the model's configuration is not checked (pure planning, in tests). ``kernel``
-    (``state.kernels.lineage_facts``): the lineage's kernel is chosen by
-    ``plan.kernels.choose``; without it only this ouro's own kernel may run it.
+    (``state.kernel_store.lineage_facts``): the lineage's kernel is chosen by
+    ``plan.kernel_choice.choose``; without it only this ouro's own kernel may run it.
     """
     name = spec.name
     desired = desired_generations(spec)

@@ -5,5 +5,5 @@ or ``reconciler.engine`` or read by ``reconciler.state``; this layer only
 formats it. Colour only on a terminal; JSON documents are versioned.
 
 May import: ``engine``, ``plan``, ``spec``, ``state``, ``kernel``, ``errors``.
-Never ``cli``.
+Never ``cli`` or ``viewer``.
 """

@@ -3,7 +3,7 @@
 Rule: this is the one home of escaping for ouro's outputs. Every text shown on a
 terminal passes ``terminal`` (or ``rich_text`` when rich prints it); every text put
 into Markdown passes ``markdown`` (or ``markdown_code`` inside a code span). HTML
-pages are escaped by Jinja's autoescape (``reconciler.report.viewer``); a JSON
+pages are escaped by Jinja's autoescape (``reconciler.viewer``); a JSON
 document (``json.dumps`` escapes C0 only) passes ``json_text``, which writes DEL, the
 C1 controls and the bidi overrides as ``\\u`` escapes too: the same document, inert on
 a terminal.

@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
-from reconciler.plan.kernels import KernelChoice
+from reconciler.plan.kernel_choice import KernelChoice
 from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
 from reconciler.report.words import plural

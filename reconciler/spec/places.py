@@ -55,7 +55,7 @@ SYSTEM_FOLDERS = tuple(Path(p) for p in (
 # The host's own Python 3s, whose path a root python3 imports from. (A python3 of a
 # version manager (pyenv, conda) is the user's own: its path holds no system folder.)
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
-KERNEL_STORE_ENV = "OURO_KERNEL_STORE"  # reconciler.state.kernels.STORE_ENV
+KERNEL_STORE_ENV = "OURO_KERNEL_STORE"  # reconciler.state.kernel_store.STORE_ENV
 JOBS_DIR = "slurm-jobs"  # reconciler.engine.executors.slurm.JOBS_DIR
 _OBSERVATION_METADATA = "metadata.json"  # reconciler.kernel.base.formats.OBSERVATION_METADATA_FILE
 _PYTHON_PATH_PROGRAM = (

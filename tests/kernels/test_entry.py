@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.pinned import PinnedKernel, request_json
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base import identity
@@ -23,7 +23,7 @@ from reconciler.kernel.base.config import (
     LineagePaths,
     ModelConfig,
 )
-from reconciler.state.kernels import KernelStore
+from reconciler.state.kernel_store import KernelStore
 from tests.conftest import REPO_ROOT
 
 FINGERPRINT = identity.fingerprint()
@@ -90,7 +90,7 @@ def test_a_kernel_runs_only_as_itself(tmp_path: Path) -> None:
 
 def test_a_stored_kernel_runs_under_its_own_package_name(tmp_path: Path) -> None:
     store = KernelStore(tmp_path / "store")
-    entry = engine_kernels.store_running(store, ME)
+    entry = kernel_store_writer.store_running(store, ME)
     pinned = PinnedKernel(store, entry)
     described = pinned.call({"schema": ENTRY_REQUEST_SCHEMA, "action": "describe"})
     assert described["package"] == entry.package != "reconciler.kernel"
@@ -110,7 +110,7 @@ def test_a_damaged_entry_is_never_started(tmp_path: Path) -> None:
     from reconciler.errors import KernelStoreError
 
     store = KernelStore(tmp_path / "store")
-    entry = engine_kernels.store_running(store, ME)
+    entry = kernel_store_writer.store_running(store, ME)
     (entry.package_dir / "transaction").chmod(0o755)
     victim = entry.package_dir / "transaction" / "lineage.py"
     victim.chmod(0o644)
@@ -135,7 +135,7 @@ def test_a_pinned_generation_is_cancelled_by_signal(tmp_path: Path) -> None:
     require(shutil.which("bwrap") is not None and shutil.which("emacs") is not None,
             "needs bubblewrap and Emacs")
     store = KernelStore(tmp_path / "store")
-    pinned = PinnedKernel(store, engine_kernels.store_running(store, ME))
+    pinned = PinnedKernel(store, kernel_store_writer.store_running(store, ME))
     paths = _paths(tmp_path)
     lineage.init_lineage(paths, ME)
     (paths.worktree / "organism.el").write_text('(sleep-for 60)\n')  # an external edit

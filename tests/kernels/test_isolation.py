@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.pinned import PinnedKernel
 from reconciler.errors import KernelStoreError
 from reconciler.kernel.base import identity
@@ -21,8 +21,8 @@ from reconciler.kernel.base.config import (
     Identity,
     LineagePaths,
 )
-from reconciler.state import kernels as state_kernels
-from reconciler.state.kernels import KernelStore, StoredKernel
+from reconciler.state import kernel_store
+from reconciler.state.kernel_store import KernelStore, StoredKernel
 from tests.inprocess import ouro
 from tests.kernels.checkout import remove_tree
 
@@ -49,7 +49,7 @@ def _plant(folder: Path, marker: Path, name: str = "json.py") -> Path:
 @pytest.fixture
 def stored(tmp_path: Path) -> Iterator[tuple[KernelStore, StoredKernel]]:
     store = KernelStore(tmp_path / "store")
-    yield store, engine_kernels.store_running(store, ME)
+    yield store, kernel_store_writer.store_running(store, ME)
     remove_tree(store.root)
 
 
@@ -70,7 +70,7 @@ def test_a_file_beside_a_stored_package_is_kernel_damaged_and_never_imported(
     assert code == 0, err
     (row,) = json.loads(out)["kernels"]
     assert row["fingerprint"] == entry.fingerprint and "lies beside its package" in row["damaged"]
-    facts = state_kernels.gather({"instrument_commit": "6" * 40,
+    facts = kernel_store.gather({"instrument_commit": "6" * 40,
                                   "instrument_fingerprint": entry.fingerprint},
                                  Identity(ME.repository, ME.ref, "7" * 40, "0" * 64),
                                  ENTRY_REQUEST_SCHEMA, store)

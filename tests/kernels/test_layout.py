@@ -16,7 +16,7 @@ from reconciler.engine import probe
 from reconciler.kernel.base import config, identity, refusals, registry
 from reconciler.kernel.base.errors import DamageError, DriftError
 from reconciler.kernel.broker import door, providers
-from reconciler.plan import REASONS, kernels, planner
+from reconciler.plan import REASONS, kernel_choice, planner
 from reconciler.spec import models
 from reconciler.state import observe
 from tests.conftest import REPO_ROOT
@@ -84,7 +84,7 @@ def test_every_provider_list_derives_from_the_registry() -> None:
 
 def test_one_list_of_refusal_reasons() -> None:
     assert REASONS is refusals.REASONS and planner.Reason is refusals.Reason
-    assert kernels.KernelReason is refusals.KernelReason
+    assert kernel_choice.KernelReason is refusals.KernelReason
     assert observe.ProblemCode is refusals.ProblemCode
     assert set(get_args(refusals.ProblemCode)) <= set(REASONS)
     assert set(get_args(refusals.KernelReason)) <= set(REASONS)

@@ -17,9 +17,14 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.kernel.base import identity
-from reconciler.state.kernels import ENTRY_SCHEMA, ENTRY_SCHEMA_V1, KernelStore, kernel_tree_files
+from reconciler.state.kernel_store import (
+    ENTRY_SCHEMA,
+    ENTRY_SCHEMA_V1,
+    KernelStore,
+    kernel_tree_files,
+)
 from tests.apply.helpers import write_spec
 from tests.host import require
 from tests.kernels.checkout import (
@@ -115,19 +120,19 @@ def test_kernel_fetch_rebuilds_either_layout_from_git(tmp_path: Path) -> None:
     a v1 entry (fingerprint v1); of a commit after it, the tree as a v2 entry."""
     require(shutil.which("git") is not None, "needs git")
     store = KernelStore(tmp_path / "store")
-    old = engine_kernels.fetch(store, OLD_COMMIT[:12], str(BUNDLE))
+    old = kernel_store_writer.fetch(store, OLD_COMMIT[:12], str(BUNDLE))
     assert (old.commit, old.schema) == (OLD_COMMIT, ENTRY_SCHEMA_V1)
     assert all("/" not in name for name in old.files) and "identity.py" in old.files
     assert sorted(p.name for p in old.package_dir.iterdir()) == sorted([*old.files,
                                                                          "__pycache__"])
     new = make_checkout(tmp_path / "ouro")
-    fetched = engine_kernels.fetch(store, git(new, "rev-parse", "HEAD"), str(new))
+    fetched = kernel_store_writer.fetch(store, git(new, "rev-parse", "HEAD"), str(new))
     assert fetched.schema == ENTRY_SCHEMA and "transaction/generation.py" in fetched.files
     assert fetched.fingerprint == identity.fingerprint(new / "reconciler" / "kernel")
     assert old.fingerprint != fetched.fingerprint
-    assert [row.damaged for row in engine_kernels.list_store(store, {})] == [None, None]
+    assert [row.damaged for row in kernel_store_writer.list_store(store, {})] == [None, None]
     # prune removes the v1 entry no known lineage needs, and keeps the running one
-    gone = engine_kernels.prune(store, {}, keep=fetched.fingerprint)
+    gone = kernel_store_writer.prune(store, {}, keep=fetched.fingerprint)
     assert [row.fingerprint for row in gone] == [old.fingerprint] and not old.path.exists()
     assert store.get(fetched.fingerprint) is not None
 
@@ -136,5 +141,5 @@ def test_kernel_fetch_rebuilds_either_layout_from_git(tmp_path: Path) -> None:
     (checkout / "reconciler" / "kernel" / "notes").mkdir()
     (checkout / "reconciler" / "kernel" / "notes" / "x.py").write_text("X = 1\n")
     stray = commit(checkout, "a folder beside the v1 kernel's files")
-    same = engine_kernels.fetch(KernelStore(tmp_path / "s2"), stray, str(checkout))
+    same = kernel_store_writer.fetch(KernelStore(tmp_path / "s2"), stray, str(checkout))
     assert same.fingerprint == old.fingerprint and same.files == old.files

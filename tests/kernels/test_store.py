@@ -10,12 +10,12 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.engine import kernels as engine_kernels
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.bundle import read_bundle
 from reconciler.errors import KernelStoreError
 from reconciler.kernel.base import identity
 from reconciler.kernel.base.config import ENTRY_REQUEST_SCHEMA, Identity
-from reconciler.state.kernels import (
+from reconciler.state.kernel_store import (
     KernelStore,
     kernel_tree_files,
     package_name,
@@ -31,7 +31,7 @@ C = "c" * 40
 
 def test_put_writes_a_read_only_verified_entry(tmp_path: Path) -> None:
     store = KernelStore(tmp_path / "store")
-    entry = engine_kernels.put(store, RUNNING, C)
+    entry = kernel_store_writer.put(store, RUNNING, C)
     assert entry.fingerprint == FINGERPRINT == identity.fingerprint()
     assert entry.commit == C and entry.entry == ENTRY_REQUEST_SCHEMA
     assert entry.package == package_name(FINGERPRINT)
@@ -46,15 +46,15 @@ def test_put_writes_a_read_only_verified_entry(tmp_path: Path) -> None:
         assert not os.stat(path).st_mode & 0o222, path
     assert store.commit_fingerprint(C) == FINGERPRINT
     assert [name for name in os.listdir(store.root) if name.startswith(".tmp-")] == []
-    again = engine_kernels.put(store, RUNNING, "d" * 40)  # same physics, another commit
+    again = kernel_store_writer.put(store, RUNNING, "d" * 40)  # same physics, another commit
     assert again.path == entry.path and again.commit == C
     assert store.commits() == {C: FINGERPRINT, "d" * 40: FINGERPRINT}
 
 
 def test_a_commit_record_is_never_replaced(tmp_path: Path) -> None:
     store = KernelStore(tmp_path / "store")
-    engine_kernels.record_commit(store, C, "1" * 64)
-    engine_kernels.record_commit(store, C, "2" * 64)
+    kernel_store_writer.record_commit(store, C, "1" * 64)
+    kernel_store_writer.record_commit(store, C, "2" * 64)
     assert store.commit_fingerprint(C) == "1" * 64
 
 
@@ -63,7 +63,7 @@ def test_a_commit_record_is_never_replaced(tmp_path: Path) -> None:
                                     "extra-in-sub-package", "extra-sub-folder", "link"])
 def test_a_damaged_entry_is_refused(tmp_path: Path, damage: str) -> None:
     store = KernelStore(tmp_path / "store")
-    entry = engine_kernels.put(store, RUNNING, C)
+    entry = kernel_store_writer.put(store, RUNNING, C)
     os.chmod(entry.path, 0o755)
     for folder in [entry.package_dir, *entry.package_dir.rglob("*")]:
         if folder.is_dir():
@@ -99,8 +99,8 @@ def test_a_damaged_entry_is_refused(tmp_path: Path, damage: str) -> None:
     with pytest.raises(KernelStoreError, match="is damaged"):
         store.get(FINGERPRINT)
     with pytest.raises(KernelStoreError, match="is damaged"):  # and never papered over
-        engine_kernels.put(store, RUNNING, C)
-    listed = engine_kernels.list_store(store, {})
+        kernel_store_writer.put(store, RUNNING, C)
+    listed = kernel_store_writer.list_store(store, {})
     assert [row.damaged is not None for row in listed] == [True]
 
 
@@ -114,7 +114,7 @@ def test_a_read_only_store_is_a_clear_error(tmp_path: Path) -> None:
     try:
         store = KernelStore(target / "kernels")
         with pytest.raises(KernelStoreError) as caught:
-            engine_kernels.store_running(store, Identity("r", "main", C, FINGERPRINT))
+            kernel_store_writer.store_running(store, Identity("r", "main", C, FINGERPRINT))
         message = str(caught.value)
         assert "cannot write the kernel store" in message
         assert "Read-only file system" in message and "OURO_KERNEL_STORE" in message
@@ -147,43 +147,43 @@ def test_kernel_trees_from_git_bundles_and_paths(tmp_path: Path) -> None:
     assert kernel_tree_files(repo, "e" * 40) is None
 
     store = KernelStore(tmp_path / "store")
-    from_bundle = engine_kernels.fetch(store, c2, str(bundle))
-    from_path = engine_kernels.fetch(store, c1[:10], str(source))  # abbreviated: resolved
+    from_bundle = kernel_store_writer.fetch(store, c2, str(bundle))
+    from_path = kernel_store_writer.fetch(store, c1[:10], str(source))  # abbreviated: resolved
     assert from_path.commit == c1 and from_path.fingerprint == FINGERPRINT
     assert from_bundle.fingerprint != FINGERPRINT and store.commit_fingerprint(c2)
-    url = engine_kernels.fetch(KernelStore(tmp_path / "s2"), c2, f"file://{source}")
+    url = kernel_store_writer.fetch(KernelStore(tmp_path / "s2"), c2, f"file://{source}")
     assert url.fingerprint == from_bundle.fingerprint
     assert [n for n in os.listdir(store.root) if n.startswith(".tmp-")] == []
 
     with pytest.raises(KernelStoreError, match="has no commit"):
-        engine_kernels.fetch(store, "e" * 40, str(bundle))
+        kernel_store_writer.fetch(store, "e" * 40, str(bundle))
     not_ouro = tmp_path / "plain"
     not_ouro.mkdir()
     (not_ouro / "x").write_text("x")
     git(not_ouro, "init", "-q")
     plain = commit(not_ouro, "not ouro")
     with pytest.raises(KernelStoreError, match="has no ouro kernel"):
-        engine_kernels.fetch(store, plain, str(not_ouro))
+        kernel_store_writer.fetch(store, plain, str(not_ouro))
     junk = tmp_path / "junk.bundle"
     junk.write_bytes(b"# v2 git bundle\n" + b"0" * 40 + b" refs/heads/x\n\nPACKjunk")
     with pytest.raises(KernelStoreError, match="not a readable git bundle"):
-        engine_kernels.fetch(store, c1, str(junk))
+        kernel_store_writer.fetch(store, c1, str(junk))
     with pytest.raises(KernelStoreError, match="neither a git repository nor a bundle"):
-        engine_kernels.fetch(store, c1, str(not_ouro / "x"))
+        kernel_store_writer.fetch(store, c1, str(not_ouro / "x"))
 
 
 def test_prune_keeps_what_known_lineages_need(tmp_path: Path) -> None:
     store = KernelStore(tmp_path / "store")
-    needed = engine_kernels.put(store, RUNNING, C)
+    needed = kernel_store_writer.put(store, RUNNING, C)
     seed = "transaction/organism.el"
     other = dict(RUNNING, **{seed: RUNNING[seed] + b";; other\n"})
-    spare = engine_kernels.put(store, other, "d" * 40)
-    third = engine_kernels.put(store, dict(other, **{"x.py": b""}), "e" * 40)
+    spare = kernel_store_writer.put(store, other, "d" * 40)
+    third = kernel_store_writer.put(store, dict(other, **{"x.py": b""}), "e" * 40)
     needs = {needed.fingerprint: ["alpha"]}
-    would = engine_kernels.prune(store, needs, keep=third.fingerprint, dry_run=True)
+    would = kernel_store_writer.prune(store, needs, keep=third.fingerprint, dry_run=True)
     assert [row.fingerprint for row in would] == [spare.fingerprint]
     assert spare.path.exists()
-    gone = engine_kernels.prune(store, needs, keep=third.fingerprint)
+    gone = kernel_store_writer.prune(store, needs, keep=third.fingerprint)
     assert [row.fingerprint for row in gone] == [spare.fingerprint]
     assert not spare.path.exists() and needed.path.exists() and third.path.exists()
     remove_tree(store.root)

@@ -26,7 +26,7 @@ from reconciler.kernel.base.config import (
 )
 from reconciler.plan import ACTIONS, REASONS, make_plan, plan_lineage
 from reconciler.spec.probes import UntilSpec
-from reconciler.state.kernels import KernelFacts, StoredKernel
+from reconciler.state.kernel_store import KernelFacts, StoredKernel
 from reconciler.state.observe import Interrupted, Observed, ReadProblem
 
 PAID = Price(Decimal("5.00"), Decimal("30.00"))

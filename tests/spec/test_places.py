@@ -22,7 +22,7 @@ from reconciler.engine.executors.slurm import JOBS_DIR
 from reconciler.kernel.broker.providers import MAX_RESPONSE_BYTES
 from reconciler.spec import places
 from reconciler.state import instrument
-from reconciler.state.kernels import STORE_ENV
+from reconciler.state.kernel_store import STORE_ENV
 from tests.inprocess import ouro
 from tests.observe.builder import LineageBuilder, lineage_paths
 

@@ -12,8 +12,8 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its test cli
     from starlette.testclient import TestClient
 
 from reconciler.errors import OuroError
-from reconciler.report.viewer.app import CSP, FleetSource, Shown, cookie_name, create_app
-from reconciler.report.viewer.server import spec_stamp
+from reconciler.viewer.app import CSP, FleetSource, Shown, cookie_name, create_app
+from reconciler.viewer.server import spec_stamp
 from tests.observe.builder import LineageBuilder, lineage_paths
 
 TOKEN = "t0ken-for-tests"
@@ -144,8 +144,8 @@ def test_two_generations_are_compared(tmp_path: Path) -> None:
 def test_cumulative_spend_adds_the_known_spends(tmp_path: Path) -> None:
     import math
 
-    from reconciler.report.viewer.plots import PLOTS, _values
     from reconciler.state.summaries import summarize
+    from reconciler.viewer.plots import PLOTS, _values
 
     grown = LineageBuilder(tmp_path, "spender")
     for usd in ("0.02", None, "0.03"):  # the second made no call: it spent 0

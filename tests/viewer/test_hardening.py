@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from reconciler.kernel.base import formats
-from reconciler.report.viewer import guard, pages
-from reconciler.report.viewer.app import cookie_name
+from reconciler.viewer import guard, pages
+from reconciler.viewer.app import cookie_name
 from tests.observe.builder import LineageBuilder
 from tests.viewer.browser import Viewer, require_browser, start_viewer, stop_viewer, wait_for
 

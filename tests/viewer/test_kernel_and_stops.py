@@ -18,10 +18,10 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its test cli
     from starlette.testclient import TestClient
 
 from reconciler.cli import main
-from reconciler.report.viewer.app import FleetSource, Shown, create_app
 from reconciler.spec.models import ModelSpec
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, RECORDED, kernel_run
 from reconciler.state.summaries import summarize
+from reconciler.viewer.app import FleetSource, Shown, create_app
 from tests.observe.builder import TEST_IDENTITY, LineageBuilder
 
 TOKEN = "t0ken-for-kernel-tests"

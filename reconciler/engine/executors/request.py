@@ -115,7 +115,7 @@ def run_request(
 ) -> dict[str, Any]:
     """Run one lineage here; the result document (never raises an OuroError). ``cancel``:
     once set, the running generation ends at once, publishing nothing."""
-    from reconciler.engine.kernels import default_store, facts_for
+    from reconciler.engine.kernel_store_writer import default_store, facts_for
     from reconciler.plan import plan_lineage
     from reconciler.spec.load import load_specs
     from reconciler.state import instrument

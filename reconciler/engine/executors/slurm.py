@@ -57,7 +57,7 @@ from reconciler.ownfiles import check_private, open_regular, private_folder
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.models import SlurmSpec, sbatch_option
-from reconciler.state.kernels import store_root
+from reconciler.state.kernel_store import store_root
 from reconciler.state.preflight import api_key
 
 JOBS_DIR = "slurm-jobs"  # under the state dir: submitit's pickles and job logs

@@ -3,7 +3,7 @@
 A kernel is named by the commit it came from and identified by its fingerprint
 (``kernel.base.identity``: a sha256 over its trusted files). The store keeps an
 exact copy of every kernel that births or extends a lineage, so that no upgrade
-of ouro can lose the physics some lineage needs (``reconciler.engine.kernels``
+of ouro can lose the physics some lineage needs (``reconciler.engine.kernel_store_writer``
 writes it; this module only reads). Layout (``KernelStore``)::
 
     <store>/<fingerprint>/entry.json            ENTRY_SCHEMA: fingerprint, commit, files, entry
@@ -28,7 +28,7 @@ package or in it, a link, a folder not on a recorded file's way) makes it
 damaged (``KernelStoreError``), never a kernel to run.
 
 ``gather`` collects, for one lineage, the facts the planner's pure choice
-(``reconciler.plan.kernels``) needs: the recorded kernel, the running one, the
+(``reconciler.plan.kernel_choice``) needs: the recorded kernel, the running one, the
 store's entry, and whether the local checkout's git objects hold that commit.
 """
 
@@ -366,7 +366,7 @@ def _checkout_fingerprint(commit: str) -> str | None:
 
 @dataclass(frozen=True)
 class KernelFacts:
-    """What is known about one lineage's kernel (``reconciler.plan.kernels`` decides)."""
+    """What is known about one lineage's kernel (``reconciler.plan.kernel_choice`` decides)."""
 
     commit: str  # recorded (or pinned) commit; "" if unknown
     fingerprint: str  # recorded fingerprint; "" if unknown (a pin not resolved yet)

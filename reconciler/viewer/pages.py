@@ -15,11 +15,11 @@ from urllib.parse import quote
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
-from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS
 from reconciler.report.words import plural
 from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
+from reconciler.viewer.plots import FLEET_PLOTS, PLOTS
 
 __all__ = ["Bounded", "FleetLine", "diff_context", "diff_lines", "fleet_line", "fleet_plots",
            "generation_context", "lineage_context", "lineage_href"]

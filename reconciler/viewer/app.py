@@ -35,13 +35,13 @@ from reconciler.errors import OuroError
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
-from reconciler.report.viewer import pages, raw
-from reconciler.report.viewer.plots import FLEET_PLOTS, PLOTS, render_fleet_svg, render_svg
 from reconciler.spec.models import ModelSpec
 from reconciler.state import history
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
+from reconciler.viewer import pages, raw
+from reconciler.viewer.plots import FLEET_PLOTS, PLOTS, render_fleet_svg, render_svg
 
 __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "create_app", "new_token"]
 

@@ -12,7 +12,7 @@ token holder out, fill the disk, or grow the viewer's memory without bound:
   per logger (the first with its traceback), then one line saying how many were
   dropped: a flood writes kilobytes, not hundreds of megabytes;
 - ``HEAVY`` admits ``HEAVY_AT_ONCE`` heavy pages (a generation, a raw view, a plot)
-  at a time: each is bounded (``reconciler.report.viewer.pages``), so memory is
+  at a time: each is bounded (``reconciler.viewer.pages``), so memory is
   bounded under concurrent requests; a request that waits more than
   ``HEAVY_WAIT_SECONDS`` is answered 503.
 """

@@ -16,12 +16,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from reconciler.errors import OuroError
-from reconciler.report.viewer import pages
-from reconciler.report.viewer.guard import HEAVY, HEAVY_WAIT_SECONDS
 from reconciler.state import history
+from reconciler.viewer import pages
+from reconciler.viewer.guard import HEAVY, HEAVY_WAIT_SECONDS
 
 if TYPE_CHECKING:
-    from reconciler.report.viewer.app import FleetSource
+    from reconciler.viewer.app import FleetSource
 
 __all__ = ["RAW_KINDS", "heavy", "routes"]
 

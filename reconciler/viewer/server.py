@@ -2,7 +2,7 @@
 
 The URL printed carries the token (as Jupyter's does); nothing else grants access.
 Binding a non-loopback address is allowed only when asked for, with a warning.
-Connections, logs and heavy pages are bounded (``reconciler.report.viewer.guard``).
+Connections, logs and heavy pages are bounded (``reconciler.viewer.guard``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import IO
 
 from reconciler.errors import OuroError
-from reconciler.report.viewer.app import FleetSource, Shown, create_app, new_token
-from reconciler.report.viewer.guard import limit_logs, server_settings
 from reconciler.report.words import plural
 from reconciler.state.fleet import fleet, summary_cache_dir
+from reconciler.viewer.app import FleetSource, Shown, create_app, new_token
+from reconciler.viewer.guard import limit_logs, server_settings
 
 __all__ = ["make_source", "serve"]
 

@@ -12,7 +12,7 @@ lineage born by a kernel without ouro's entry point (the original instrument,
 or an ouro from before pinned kernels) is extended only by an identical kernel,
 else refused ``foreign-kernel``.
 
-The facts come from ``reconciler.state.kernels.gather`` (described here by a
+The facts come from ``reconciler.state.kernel_store.gather`` (described here by a
 protocol: this layer never imports ``state``).
 """
 
@@ -50,7 +50,7 @@ class StoredLike(Protocol):
 
 
 class KernelFactsLike(Protocol):
-    """``reconciler.state.kernels.KernelFacts``."""
+    """``reconciler.state.kernel_store.KernelFacts``."""
 
     @property
     def commit(self) -> str: ...

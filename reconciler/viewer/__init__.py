@@ -1,7 +1,11 @@
 """The local, read-only web viewer of a fleet (`ouro view`): pages, plots, the server app.
 
-Rule: read-only, like the rest of ``report``: every page is built from
-``reconciler.state`` (summaries, history) and nothing here writes a lineage.
+The second face of ouro, beside ``cli`` (the command line, which starts it: ``ouro
+view``). It sits above ``report`` and below ``cli``: it may import ``report``,
+``engine``, ``plan``, ``state``, ``spec``, ``kernel`` and ``errors``, never ``cli``.
+
+Rule: read-only: every page is built from ``reconciler.state`` (summaries,
+history) and formatted with ``reconciler.report``; nothing here writes a lineage.
 Whatever an organism or a model wrote is hostile text: templates autoescape
 everything (jinja2 with autoescape forced on), nothing is ever marked safe,
 links are built only from names and numbers the server knows (quoted), pages

@@ -4,7 +4,7 @@ Rule: every write is atomic and leaves only read-only, verified entries. An
 entry is built in ``<store>/.tmp-*`` (files 0444, folders 0555), then renamed
 to ``<store>/<fingerprint>``; a commit record is written beside, then linked
 into ``<store>/commits/<commit>`` (never replaced: the first record stands).
-What is read back is verified by ``reconciler.state.kernels`` before use.
+What is read back is verified by ``reconciler.state.kernel_store`` before use.
 The layout and its names live there.
 """
 
@@ -50,10 +50,10 @@ from reconciler.kernel.base.config import (
 )
 from reconciler.ownfiles import check_private, private_folder
 from reconciler.plan import Plan, make_plan
-from reconciler.plan.kernels import KernelChoice, choose
+from reconciler.plan.kernel_choice import KernelChoice, choose
 from reconciler.plan.planner import Orphan, Preflight
-from reconciler.state import kernels as state_kernels
-from reconciler.state.kernels import KernelStore, StoredKernel
+from reconciler.state import kernel_store
+from reconciler.state.kernel_store import KernelStore, StoredKernel
 
 if TYPE_CHECKING:
     from reconciler.kernel.transaction.generation import GenerationOutcome
@@ -101,7 +101,7 @@ def _unwritable(store: KernelStore, exc: OSError) -> KernelStoreError:
         f"ouro: cannot write the kernel store {store.root} ({exc.strerror or exc}): every "
         "kernel keeps an exact copy of itself there before it births or extends a lineage, "
         f"so that no upgrade loses its physics; make {store.root} writable, or set "
-        f"{state_kernels.STORE_ENV} to a writable folder (on a shared filesystem, shared by "
+        f"{kernel_store.STORE_ENV} to a writable folder (on a shared filesystem, shared by "
         "everyone who runs these lineages)"
     )
 
@@ -162,7 +162,7 @@ def _compile(package_dir: Path, final_dir: Path, sources: Sequence[str]) -> dict
     flat = all("/" not in name for name in sources)
     for name in sorted(n for n in sources if n.endswith(".py")):
         source = package_dir / name
-        folder = source.parent / state_kernels.BYTECODE_DIR
+        folder = source.parent / kernel_store.BYTECODE_DIR
         folder.mkdir(exist_ok=True)
         target = folder / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
         py_compile.compile(str(source), cfile=str(target), dfile=str(final_dir / name),
@@ -186,9 +186,9 @@ def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
            fingerprint: str) -> Path:
     """A complete, read-only entry in a temporary folder of the store: a flat kernel as a v1
     entry (an older ouro sharing the store reads it too), a tree as a v2 entry."""
-    temp = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX, dir=store.root))
+    temp = Path(tempfile.mkdtemp(prefix=kernel_store.TEMP_PREFIX, dir=store.root))
     try:
-        package = state_kernels.package_name(fingerprint)
+        package = kernel_store.package_name(fingerprint)
         (temp / package).mkdir()
         for name in sorted(files):
             (temp / package / name).parent.mkdir(parents=True, exist_ok=True)
@@ -196,8 +196,8 @@ def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
         bytecode = _compile(temp / package, store.entry_path(fingerprint) / package,
                             sorted(files))
         record = {
-            "schema": (state_kernels.ENTRY_SCHEMA_V1 if _is_flat(files)
-                       else state_kernels.ENTRY_SCHEMA),
+            "schema": (kernel_store.ENTRY_SCHEMA_V1 if _is_flat(files)
+                       else kernel_store.ENTRY_SCHEMA),
             "fingerprint": fingerprint,
             "commit": commit,
             "package": package,
@@ -208,7 +208,7 @@ def _build(store: KernelStore, files: Mapping[str, bytes], commit: str,
             "stored_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         text = json.dumps(record, indent=2) + "\n"
-        _write_file(temp / state_kernels.ENTRY_FILE, text.encode("utf-8"))
+        _write_file(temp / kernel_store.ENTRY_FILE, text.encode("utf-8"))
         _seal(temp)
     except BaseException:
         _remove(temp)
@@ -220,10 +220,10 @@ def record_commit(store: KernelStore, commit: str, fingerprint: str) -> None:
     """Record that ``commit``'s kernel is ``fingerprint`` (first record stands)."""
     if not kernel_identity.is_object_id(commit) or store.commit_fingerprint(commit):
         return
-    folder = store.root / state_kernels.COMMITS_DIR
+    folder = store.root / kernel_store.COMMITS_DIR
     try:
         private_folder(folder, "the kernel store")
-        handle, name = tempfile.mkstemp(prefix=state_kernels.TEMP_PREFIX, dir=folder)
+        handle, name = tempfile.mkstemp(prefix=kernel_store.TEMP_PREFIX, dir=folder)
         temp = Path(name)
         try:
             with os.fdopen(handle, "w", encoding="ascii") as out:  # the file made O_EXCL
@@ -281,17 +281,17 @@ def _from_repository(store: KernelStore, repo: pygit2.Repository, commit: str,
         full = str(repo.revparse_single(commit).peel(pygit2.Commit).id)
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise KernelStoreError(f"ouro: {where} has no commit {commit}") from exc
-    files = state_kernels.kernel_tree_files(repo, full)
+    files = kernel_store.kernel_tree_files(repo, full)
     if not files:
         raise KernelStoreError(
             f"ouro: commit {full} of {where} has no ouro kernel "
-            f"({'/'.join(state_kernels.KERNEL_TREE)}): it is not an ouro commit")
+            f"({'/'.join(kernel_store.KERNEL_TREE)}): it is not an ouro commit")
     return put(store, files, full)
 
 
 def materialize(store: KernelStore, commit: str) -> StoredKernel:
     """``commit``'s kernel from the local checkout's git objects, into the store."""
-    where = state_kernels.checkout_repository()
+    where = kernel_store.checkout_repository()
     if where is None:
         raise KernelStoreError(f"ouro: no local git checkout to read commit {commit} from")
     return _from_repository(store, pygit2.Repository(str(where)), commit,
@@ -308,7 +308,7 @@ def fetch(store: KernelStore, commit: str, source: str) -> StoredKernel:
         return _from_repository(store, pygit2.Repository(found), commit, str(path))
     try:
         private_folder(store.root, "the kernel store")
-        scratch = Path(tempfile.mkdtemp(prefix=state_kernels.TEMP_PREFIX + "fetch-",
+        scratch = Path(tempfile.mkdtemp(prefix=kernel_store.TEMP_PREFIX + "fetch-",
                                         dir=store.root))
     except OSError as exc:
         raise _unwritable(store, exc) from exc
@@ -346,9 +346,9 @@ def remove_entry(path: Path) -> None:
 
 
 def facts_for(spec: LoadedSpec, observed: Observed, running: Identity,
-              store: KernelStore) -> state_kernels.KernelFacts | None:
+              store: KernelStore) -> kernel_store.KernelFacts | None:
     """What the planner needs to choose this lineage's kernel."""
-    return state_kernels.lineage_facts(
+    return kernel_store.lineage_facts(
         spec.instrument_pin, observed.lineage_metadata, observed.any_exists, running,
         ENTRY_REQUEST_SCHEMA, store)
 
@@ -365,7 +365,7 @@ def lineage_kernel(name: str, observed: Observed, store: KernelStore) -> KernelC
         running = instrument.current()
     except InstrumentError:
         return None
-    facts = state_kernels.gather(observed.lineage_metadata, running, ENTRY_REQUEST_SCHEMA, store)
+    facts = kernel_store.gather(observed.lineage_metadata, running, ENTRY_REQUEST_SCHEMA, store)
     return choose(name, facts) if facts is not None else None
 
 
@@ -495,7 +495,7 @@ def default_store(state_dir: Path | None = None) -> KernelStore:
     """The kernel store: ``OURO_KERNEL_STORE``, else ``<state dir>/.kernels``."""
     from reconciler.spec.load import state_dir as resolve_state_dir
 
-    root = state_kernels.store_root(resolve_state_dir(state_dir))
+    root = kernel_store.store_root(resolve_state_dir(state_dir))
     check_private(root, "the kernel store")  # others could swap what the store runs
     return KernelStore(root)
 
