@@ -28,6 +28,7 @@ import typer
 
 from reconciler.cli import (
     apply,
+    controller,
     doctor,
     history,
     kernel,
@@ -118,7 +119,8 @@ def _register(target: typer.Typer) -> None:
             _register(group.typer_instance)
 
 
-for _module in (validate, schema, plan, status, apply, verify, doctor, history, view, kernel):
+for _module in (validate, schema, plan, status, apply, controller, verify, doctor, history, view,
+                kernel):
     _module.register(app)
 _register(app)
 

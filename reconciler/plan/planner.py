@@ -55,9 +55,11 @@ __all__ = [
     "make_plan",
     "plan_lineage",
     "refusals",
+    "suspended",
 ]
 
-Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse", "done"]
+Action = Literal["create", "extend", "in-sync", "ahead", "recover", "refuse", "done",
+                 "suspended"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
 # Metadata keys the observation repo copies from the lineage's seed metadata.
 _SHARED_METADATA = (*INSTRUMENT_KEYS, ENTRY_METADATA_KEY)
@@ -133,6 +135,12 @@ def until_of(spec: PlanSpec, observed: ObservedState, have: int) -> UntilStop | 
 def _done(result: Callable[..., LineagePlan], stop: UntilStop, where: str) -> LineagePlan:
     return dataclasses.replace(result("done", f"{where}; {stop.code}: {stop.message}; apply "
                                       "runs no more until the condition changes"), until=stop)
+
+
+def suspended(spec: PlanSpec) -> bool:
+    """``spec.suspend`` of the document: the lineage is paused (no generation starts)."""
+    model: Any = getattr(spec, "spec", None)
+    return getattr(getattr(model, "spec", None), "suspend", False) is True
 
 
 def desired_generations(spec: PlanSpec) -> int:
@@ -508,6 +516,16 @@ def _generations(count: int, more: str = "") -> str:
     return f"{count} {more}generation" + ("" if count == 1 else "s")
 
 
+def _paused(spec: PlanSpec, observed: ObservedState, desired: int) -> str | None:
+    """The plan's message for a suspended lineage apply would otherwise touch, else None."""
+    have = observed.generations
+    if not suspended(spec) or (observed.any_exists and observed.interrupted is None
+                               and have >= desired):
+        return None
+    return (f"lineage {spec.name}: {have} of {desired} generations; spec.suspend is true: "
+            "apply starts none until it is false")
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
                  kernel: KernelFactsLike | None = None) -> LineagePlan:
@@ -554,10 +572,10 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
     found = refusals(spec, observed, instrument, problem, choice)
     if found:
-        first = found[0]
-        return dataclasses.replace(
-            result("refuse", first.message, reason=first.reason), refusals=found
-        )
+        return dataclasses.replace(result("refuse", found[0].message, reason=found[0].reason),
+                                   refusals=found)
+    if (paused := _paused(spec, observed, desired)) is not None:
+        return result("suspended", paused)
     if not observed.any_exists:
         return result(
             "create",

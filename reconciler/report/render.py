@@ -42,11 +42,12 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MARKERS = {"create": "+", "extend": "~", "recover": "~", "in-sync": "=", "ahead": "=", "done": "=",
-           "refuse": "!"}
+           "refuse": "!", "suspended": "-"}
 _STYLES = {"create": "green", "extend": "yellow", "recover": "magenta", "in-sync": "dim",
-           "ahead": "cyan", "refuse": "bold red", "done": "green"}
+           "ahead": "cyan", "refuse": "bold red", "done": "green", "suspended": "cyan"}
 # Markdown shows refusals first: they are what a reviewer must act on.
-_MARKDOWN_ORDER = ("refuse", "recover", "create", "extend", "ahead", "done", "in-sync")
+_MARKDOWN_ORDER = ("refuse", "recover", "create", "extend", "ahead", "done", "suspended",
+                   "in-sync")
 
 
 def _money(value: Decimal) -> str:
@@ -65,6 +66,8 @@ def summary_line(plan: Plan) -> str:
     ]
     if counts.get("done"):
         parts.insert(5, f"{counts['done']} done (spec.until)")
+    if counts.get("suspended"):
+        parts.insert(-1, f"{counts['suspended']} suspended")
     if plan.orphans:
         parts.append(f"{len(plan.orphans)} orphaned (kept)")
     return f"Plan: {', '.join(parts)}. Worst-case spend: {_money(plan.max_spend_usd)}"
@@ -119,7 +122,7 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
         if item.refusals:
             for refusal in item.refusals:
                 lines.append((f"      {refusal.reason}: {refusal.message}", None))
-        elif item.action in ("refuse", "recover", "ahead", "done"):
+        elif item.action in ("refuse", "recover", "ahead", "done", "suspended"):
             lines.append((f"      {item.message}", None))
         if _shows_kernel(plan, item):
             assert item.kernel is not None
@@ -210,7 +213,9 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "instrument": {"commit": plan.instrument.commit,
                        "fingerprint": plan.instrument.fingerprint},
         "summary": {
-            **{action: plan.counts.get(action, 0) for action in ACTIONS},
+            # "suspended" (added later) is there when a lineage is: older documents stay
+            **{action: plan.counts.get(action, 0) for action in ACTIONS
+               if action != "suspended" or plan.counts.get(action)},
             "max_spend_usd": str(plan.max_spend_usd),
             "exit_code": plan.exit_code,
         },

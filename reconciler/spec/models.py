@@ -737,6 +737,10 @@ class LineageBody(_Strict):
         default_factory=list, max_length=probe_specs.MAX_UNTIL,
         description="stop the lineage early when a probe's metric reaches a target or "
         "plateaus")
+    suspend: bool = Field(
+        default=False,
+        description="pause the lineage: no generation starts (running ones finish); "
+        "plan shows it suspended (not physics)")
 
     @field_validator("probes")
     @classmethod

@@ -73,6 +73,14 @@ class UntilFakeSpec(FakeSpec):
         UntilSpec(probe="p", metric="m", at_least=1)])))
 
 
+@dataclass(frozen=True)
+class SuspendedFakeSpec(FakeSpec):
+    """A spec with ``spec.suspend: true``."""
+
+    spec: Any = field(default_factory=lambda: SimpleNamespace(spec=SimpleNamespace(
+        suspend=True)))
+
+
 def record(model: ModelConfig | None = None, ceilings: Ceilings | None = None) -> dict[str, Any]:
     model = model or FakeSpec().model_config
     return {"generation": 3, "provider": model.provider, "model": model.name,
@@ -144,6 +152,16 @@ ROWS = [
     Row("extend-when-until-does-not-hold", UntilFakeSpec(), {
         "probe_metrics": {"d": {2: {"m": 0}, 3: None}}}, "extend", missing=2,
         says="runs 2 more"),
+    Row("suspended-instead-of-extend", SuspendedFakeSpec(), {}, "suspended",
+        says="spec.suspend is true"),
+    Row("suspended-instead-of-create", SuspendedFakeSpec(), NOTHING, "suspended",
+        says="0 of 5 generations"),
+    Row("suspended-instead-of-recover", SuspendedFakeSpec(), {"interrupted": Interrupted(
+        "discard", 4, None, "running", "generation 4 was interrupted")}, "suspended",
+        says="apply starts none"),
+    Row("suspended-in-sync-is-in-sync", SuspendedFakeSpec(generations=3), {}, "in-sync"),
+    Row("suspended-and-refused-is-refused", SuspendedFakeSpec(instrument_pin=OTHER_COMMIT), {},
+        "refuse", reason="spec-pin-mismatch"),
     Row("extend-dirty-worktree", FakeSpec(), {"dirty": True, "dirty_paths": ("a.txt",)},
         "extend", missing=2),
     Row("recover-roll-forward", FakeSpec(), {"interrupted": Interrupted(
