@@ -16,12 +16,15 @@ from reconciler.cli.options import Json, StateDir, one_of
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
+    from reconciler.engine.sets import Shown
     from reconciler.kernel.base.config import LineagePaths
     from reconciler.report.history import ProbeColumns
     from reconciler.state.summaries import LineageSummary
 
 DEFAULT_EXPERIMENT = "ouro"  # `ouro export --to mlflow`'s experiment unless --experiment
-NamesArgument = Annotated[list[str], typer.Argument(help="lineage names", show_default=False)]
+NamesArgument = Annotated[list[str], typer.Argument(
+    help="lineage names; with --specs, a LineageSet's name: its members and orphans",
+    show_default=False)]
 SpecsOption = Annotated[
     list[Path] | None,
     typer.Option("--specs", help="spec files or folders naming the lineages (else the state "
@@ -38,6 +41,20 @@ def _summaries(names: list[str], specs: list[Path] | None, state_dir: Path | Non
     cache = summary_cache_dir(state_dir)
     return [(found.paths, summarize(found.paths, cache))
             for found in find_lineages(names, specs or [], state_dir)]
+
+
+def _named(names: list[str], specs: list[Path] | None, state_dir: Path | None) -> list[
+    tuple[Shown, LineageSummary]
+]:
+    """Each name's lineage, or a set's members and orphans, cell by cell (a set's name
+    with --specs), each with its summary."""
+    from reconciler.engine.sets import find_named
+    from reconciler.state.fleet import summary_cache_dir
+    from reconciler.state.summaries import summarize
+
+    cache = summary_cache_dir(state_dir)
+    return [(found, summarize(found.paths, cache))
+            for found in find_named(names, specs or [], state_dir)]
 
 
 def log_command(
@@ -57,13 +74,16 @@ def log_command(
 
     chosen = []
     probes = {}
-    for paths, summary in _summaries(names, specs, state_dir):
+    members = {}
+    for found, summary in _named(names, specs, state_dir):
         rows = [row for row in summary.rows
                 if (not deaths or row.status == "died")
                 and (since is None or row.generation >= since)]
         chosen.append((summary, rows))
-        probes[summary.name] = columns(paths)
-    sys.stdout.write(log_json(chosen, probes) if as_json else log_text(chosen, probes))
+        probes[summary.name] = columns(found.paths)
+        members[summary.name] = found.member
+    render = log_json if as_json else log_text
+    sys.stdout.write(render(chosen, probes, members))
 
 
 def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[
@@ -191,16 +211,18 @@ def export_command(
         raise OuroError(f"ouro export: --format {fmt!r} is not one of "
                         f"{', '.join(EXPORT_FORMATS)}")
     _check_destination(to, out, tracking_uri, experiment)
-    found = _summaries(names, specs, state_dir)
+    named = _named(names, specs, state_dir)
+    found = [(shown.paths, summary) for shown, summary in named]
     summaries = [summary for _paths, summary in found]
     probes = {summary.name: columns(paths) for paths, summary in found}
+    members = {summary.name: shown.member for shown, summary in named}
     for summary in summaries:
         for problem in summary.problems:
             print(terminal(f"ouro export: {summary.name}: {problem}"), file=sys.stderr)
     if to is not None:
         _to_mlflow(found, probes, specs, tracking_uri, experiment, state_dir)
         return
-    text = export_text(summaries, fmt, probes)
+    text = export_text(summaries, fmt, probes, members)
     if out is None:
         sys.stdout.write(text)
         return

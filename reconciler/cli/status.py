@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from reconciler.kernel.base.config import LineagePaths
     from reconciler.plan.probes import UntilStop
     from reconciler.spec.load import LoadedSpec
+    from reconciler.spec.select import Selector
+    from reconciler.spec.sets import Membership
     from reconciler.state.observe import Observed
 
 
@@ -42,16 +44,13 @@ def status_command(
     from reconciler.state.fleet import fleet, summary_cache_dir
     from reconciler.state.observe import observe, read_status
 
-    if paths:
-        from reconciler.spec.load import load_specs
-        from reconciler.state.branches import spec_paths
-
-        found = [_Named(spec.name, spec_paths(spec), spec.labels, spec)
-                 for spec in load_specs(paths, state_dir=state_dir)]
-    else:
-        found = [_Named(item.name, item.paths, {}) for item in fleet([], state_dir)]
     try:
-        found = choose(found, [parse(text) for text in select or ()])
+        selectors = [parse(text) for text in select or ()]
+        if paths:
+            found = _from_specs(paths, selectors, state_dir)
+        else:
+            found = choose([_Named(item.name, item.paths, {})
+                            for item in fleet([], state_dir)], selectors)
     except SelectorError as error:
         raise OuroError(f"ouro status: {error}") from None
     cache = summary_cache_dir(state_dir)
@@ -63,7 +62,7 @@ def status_command(
                                 paths=named.paths, labels=named.labels,
                                 running=observed.running,
                                 kernel=lineage_kernel(named.name, observed, store),
-                                until=_until(named, observed)))
+                                until=_until(named, observed), member=named.member))
     if as_json:
         sys.stdout.write(status_json(lines))
     elif lines:
@@ -80,6 +79,21 @@ class _Named:
     paths: LineagePaths
     labels: dict[str, str]
     spec: LoadedSpec | None = None  # its spec, when status was given specs
+    member: Membership | None = None  # where it sits in its set (None: not in one)
+
+
+def _from_specs(paths: list[Path], selectors: list[Selector],
+                state_dir: Path | None) -> list[_Named]:
+    """The chosen specs' lineages, each set's together cell by cell with its orphans (as
+    plan shows them: ``reconciler.engine.sets``)."""
+    from reconciler.engine.sets import grouped
+    from reconciler.spec.load import load_specs
+    from reconciler.spec.select import select as choose
+
+    loaded = load_specs(paths, state_dir=state_dir)
+    return [_Named(item.name, item.paths, item.spec.labels if item.spec else {}, item.spec,
+                   item.member)
+            for item in grouped(loaded, choose(loaded, selectors), state_dir)]
 
 
 def _until(named: _Named, observed: Observed) -> UntilStop | None:

@@ -18,7 +18,18 @@ from typing import Any
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.escape import json_text, terminal
 from reconciler.report.physics import kernel_json, kernel_lines
+from reconciler.report.sets import (
+    ORPHANED,
+    SET_COLUMNS,
+    headings,
+    indent,
+    matrix_columns,
+    matrix_value,
+    member_json,
+    set_values,
+)
 from reconciler.report.words import plural
+from reconciler.spec.sets import Membership
 from reconciler.state.history import FileDiff, GenerationDetail
 from reconciler.state.ran_with import BornUnder, kernel_run
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
@@ -112,17 +123,28 @@ def _probe_cell(value: Any) -> str:
     return str(value)
 
 
+Members = Mapping[str, Membership | None]  # lineage -> its place in its set (None: none)
+
+
 def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None) -> str:
+             probes: ProbeColumns | None = None, members: Members | None = None) -> str:
+    """Each lineage's line and table; a set's members under its heading and their cell's
+    (``reconciler.report.sets``), an orphan marked so."""
     out: list[str] = []
-    for summary, rows in summaries:
+    places = [(members or {}).get(summary.name) for summary, _rows in summaries]
+    for i, (summary, rows) in enumerate(summaries):
+        out += headings(places, i)
+        pad = indent(places[i])
         edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
         out.append(
-            f"{summary.name}: {plural(summary.generations, 'generation')}, "
+            f"{pad}{summary.name}: {plural(summary.generations, 'generation')}, "
             f"{summary.outcomes['died']} died, "
             f"{plural(summary.model_failures, 'model failure')}, "
             f"{plural(edits, 'external edit')}, ${summary.spend_usd} spent"
         )
+        member = places[i]
+        if member is not None and member.orphaned:
+            out.append(f"{pad}  {ORPHANED.format(member.set_name)}")
         extra = _probe_names(probes.get(summary.name, {}) if probes else {})
         values = probes.get(summary.name, {}) if probes else {}
         table = [(*_HEADER, *extra),
@@ -130,19 +152,20 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
                                     for name in extra)) for row in rows)]
         widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
         for line in table:
-            out.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line))
-                       .rstrip())
+            out.append(f"{pad}  " + "  ".join(cell.ljust(widths[i])
+                                              for i, cell in enumerate(line)).rstrip())
         if any(NONE in line for line in table[1:]):
-            out.append(f"  ({NONE}: not recorded: no usage reported, a death before the diff, "
-                       "no observation)")
+            out.append(f"{pad}  ({NONE}: not recorded: no usage reported, a death before "
+                       "the diff, no observation)")
         for problem in summary.problems:
-            out.append(f"  problem: {problem}")
+            out.append(f"{pad}  problem: {problem}")
     return safe("\n".join(out) + "\n")
 
 
 def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None) -> str:
+             probes: ProbeColumns | None = None, members: Members | None = None) -> str:
     values = probes or {}
+    places = members or {}
     document = {
         "format_version": HISTORY_FORMAT_VERSION,
         "kind": "ouro-log",
@@ -156,37 +179,56 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
                 "heads": {"lineage": summary.lineage_head,
                           "observation": summary.observation_head},
                 "problems": list(summary.problems),
+                # its LineageSet (null: a plain lineage); orphaned: the set no longer has it
+                "set": member_json(places.get(summary.name)),
                 "rows": [{**asdict(row), **values.get(summary.name, {}).get(row.generation, {})}
                          for row in rows],
             }
             for summary, rows in summaries
         ],
     }
-    return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    return json_text(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def export_text(summaries: Sequence[LineageSummary], fmt: str,
-                probes: ProbeColumns | None = None) -> str:
+                probes: ProbeColumns | None = None, members: Members | None = None) -> str:
     """One row per generation, ``lineage`` first, then ``COLUMNS``, then the probes'
-    ``probe.<name>.<metric>`` columns, sorted (docs/export.md)."""
+    ``probe.<name>.<metric>`` columns, sorted, then, when a lineage is in a set, the set
+    columns: ``set``, ``cell``, ``replica``, ``orphaned``, ``matrix.<key>`` (docs/export.md)."""
     found = probes or {}
+    places = members or {}
+    keys = matrix_columns(list(places.values()))
+    in_set = any(member is not None for member in places.values())
+
+    def sets(summary: LineageSummary) -> dict[str, Any]:
+        return set_values(places.get(summary.name), keys) if in_set else {}
     if fmt == "jsonl":
         return "".join(
             json_text(json.dumps({"lineage": summary.name, **asdict(row),
-                                  **found.get(summary.name, {}).get(row.generation, {})},
-                                 ensure_ascii=False)) + "\n"
+                                  **found.get(summary.name, {}).get(row.generation, {}),
+                                  **sets(summary)},
+                                 ensure_ascii=False, default=str)) + "\n"
             for summary in summaries for row in summary.rows
         )
     extra = sorted({name for columns in found.values() for name in _probe_names(columns)})
+    tail = [*SET_COLUMNS, *keys] if in_set else []
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(("lineage", *COLUMNS, *extra))
+    writer.writerow(("lineage", *COLUMNS, *extra, *tail))
     for summary in summaries:
+        own = {key: _csv_value(value) for key, value in sets(summary).items()}
         for row in summary.rows:
-            values = {**asdict(row), **found.get(summary.name, {}).get(row.generation, {})}
+            values = {**asdict(row), **found.get(summary.name, {}).get(row.generation, {}),
+                      **own}
             writer.writerow((summary.name, *("" if values.get(c) is None else values[c]
-                                              for c in (*COLUMNS, *extra))))
+                                              for c in (*COLUMNS, *extra, *tail))))
     return buffer.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    """A set column's value in CSV: a matrix value that is a mapping or a list as compact
+    JSON (a scalar as itself)."""
+    return matrix_value(value) if isinstance(value, dict | list) else value
 
 
 def _bounded(text: str | None, full: bool, limit: int = DEFAULT_TEXT_CHARS) -> str:

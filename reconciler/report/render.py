@@ -19,7 +19,9 @@ from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernel_choice import KernelChoice
 from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
+from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
+from reconciler.spec.sets import Membership
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -298,6 +300,7 @@ class StatusLine:
     running: str | None = None  # "running in apply pid N on HOST, generation K"
     kernel: KernelChoice | None = None  # the kernel that would extend it
     until: UntilStop | None = None  # its spec's spec.until holds: apply runs no more
+    member: Membership | None = None  # where it sits in its set (None: not in a set)
 
     def places(self) -> dict[str, str] | None:
         if self.paths is None:
@@ -332,6 +335,8 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                 "until": None if line.until is None else {
                     "code": line.until.code, "generation": line.until.generation,
                     "message": line.until.message},
+                # its LineageSet (null: a plain lineage); orphaned: the set no longer has it
+                "set": member_json(line.member),
             }
             for line in lines
         ],
@@ -339,51 +344,64 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
 
 
 def status_json(lines: Sequence[StatusLine]) -> str:
-    return json_text(json.dumps(status_document(lines), indent=2, ensure_ascii=False) + "\n")
+    return json_text(json.dumps(status_document(lines), indent=2, ensure_ascii=False,
+                                default=str) + "\n")
 
 
 def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> None:
+    """Each lineage's block; a set's members under the set's heading and their cell's
+    (indented), a set's orphans in their cells, marked ``orphaned``, as plan shows them."""
     console = _console(stream)
-    for line in lines:
-        report = line.report
-        outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
-        deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
-        console.print(rich_text(f"{line.name}: {plural(report.generations, 'generation')} "
-                                f"({outcomes})"),
-                      style="bold")
-        if line.running:
-            console.print(rich_text(f"  {line.running}"), style="yellow")
-        else:  # a running generation's own marker, when no lock holder is known
-            for running in report.generation_running:
-                console.print(rich_text(f"  running: {running}"), style="yellow")
-        if line.until is not None:
-            console.print(rich_text(f"  done ({line.until.code}): {line.until.message}"),
-                          style="green")
-        if line.labels:
-            console.print(rich_text(f"  labels: {_labels(line.labels)}"))
-        places = line.places()
-        if places is not None:
-            console.print(rich_text(f"  worktree: {places['worktree']}"))
-            console.print(rich_text(f"  git dir: {places['git_dir']}"))
-            console.print(rich_text(f"  observations: {places['observations']}"))
-        if deaths:
-            console.print(rich_text(f"  deaths: {deaths}"))
-        if report.model_failures:
-            console.print(rich_text(
-                f"  model failed in {plural(report.model_failures, 'generation')}"))
-        last = report.last_model_failure
-        if last is not None:
-            console.print(rich_text(
-                f"  last generation (gen {last.get('generation')}): {last.get('message')} "
-                f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
-                style="red")
-        console.print(rich_text(f"  accounted model spend: ${report.accounted_usd}"))
-        console.print(rich_text("  last journal entry: "
-                                f"{report.last_journal_heading or 'none yet'}"))
-        console.print(rich_text(f"  heads: lineage {report.lineage_head or 'none yet'}, "
-                                f"observations {report.observation_head or 'none yet'}"))
-        if line.kernel is not None:
-            console.print(rich_text(f"  kernel: {line.kernel.message}"),
-                          style="red" if line.kernel.source is None else None)
-        for problem in report.problems:
-            console.print(rich_text(f"  problem: {problem}"), style="red")
+    members = [line.member for line in lines]
+    for i, line in enumerate(lines):
+        for heading in headings(members, i):
+            console.print(rich_text(heading), style="bold")
+        _status_block(console, line, indent(line.member))
+
+
+def _status_block(console: Console, line: StatusLine, pad: str) -> None:
+    report = line.report
+    outcomes = ", ".join(f"{count} {name}" for name, count in report.outcomes.items())
+    deaths = ", ".join(f"{count} {kind}" for kind, count in report.death_kinds.items())
+    console.print(rich_text(f"{pad}{line.name}: {plural(report.generations, 'generation')} "
+                            f"({outcomes})"),
+                  style="bold")
+    if line.member is not None and line.member.orphaned:
+        console.print(rich_text(f"{pad}  {ORPHANED.format(line.member.set_name)}"),
+                      style="yellow")
+    if line.running:
+        console.print(rich_text(f"{pad}  {line.running}"), style="yellow")
+    else:  # a running generation's own marker, when no lock holder is known
+        for running in report.generation_running:
+            console.print(rich_text(f"{pad}  running: {running}"), style="yellow")
+    if line.until is not None:
+        console.print(rich_text(f"{pad}  done ({line.until.code}): {line.until.message}"),
+                      style="green")
+    if line.labels:
+        console.print(rich_text(f"{pad}  labels: {_labels(line.labels)}"))
+    places = line.places()
+    if places is not None:
+        console.print(rich_text(f"{pad}  worktree: {places['worktree']}"))
+        console.print(rich_text(f"{pad}  git dir: {places['git_dir']}"))
+        console.print(rich_text(f"{pad}  observations: {places['observations']}"))
+    if deaths:
+        console.print(rich_text(f"{pad}  deaths: {deaths}"))
+    if report.model_failures:
+        console.print(rich_text(
+            f"{pad}  model failed in {plural(report.model_failures, 'generation')}"))
+    last = report.last_model_failure
+    if last is not None:
+        console.print(rich_text(
+            f"{pad}  last generation (gen {last.get('generation')}): {last.get('message')} "
+            f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
+            style="red")
+    console.print(rich_text(f"{pad}  accounted model spend: ${report.accounted_usd}"))
+    console.print(rich_text(f"{pad}  last journal entry: "
+                            f"{report.last_journal_heading or 'none yet'}"))
+    console.print(rich_text(f"{pad}  heads: lineage {report.lineage_head or 'none yet'}, "
+                            f"observations {report.observation_head or 'none yet'}"))
+    if line.kernel is not None:
+        console.print(rich_text(f"{pad}  kernel: {line.kernel.message}"),
+                      style="red" if line.kernel.source is None else None)
+    for problem in report.problems:
+        console.print(rich_text(f"{pad}  problem: {problem}"), style="red")

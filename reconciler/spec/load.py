@@ -88,6 +88,7 @@ class LoadedSpec:
     # spec.probes with their files read once and their digests (reconciler.spec.probes)
     probes: tuple[ResolvedProbe, ...] = ()
     set_name: str | None = None  # the LineageSet this lineage is a member of
+    member: sets.Membership | None = None  # where in its set (cell, replica, matrix values)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -192,6 +193,7 @@ class _Document:
     node: Node
     spec: LineageSpec
     set_name: str | None = None
+    member: sets.Membership | None = None
 
 
 def _one_line(text: str) -> str:
@@ -734,7 +736,9 @@ def _validate_set(source: _Source, index: int, node: Node, value: Any,
                 update={"name": meta["name"], "labels": meta["labels"]})
             members.append(_Document(source, index, node,
                                      member.model_copy(update={"metadata": metadata}),
-                                     set_name=spec.name))
+                                     set_name=spec.name,
+                                     member=sets.Membership(spec.name, cell.name, i,
+                                                            dict(cell.values))))
     return members
 
 
@@ -786,6 +790,7 @@ def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
         declared_observation_branch=storage.observation_branch,
         probes=_probes(document),
         set_name=document.set_name,
+        member=document.member,
     )
 
 

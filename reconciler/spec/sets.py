@@ -27,12 +27,14 @@ from typing import Any
 __all__ = [
     "INDEX_DIGITS",
     "Cell",
+    "Membership",
     "cell_name",
     "cells",
     "member_document",
     "member_name",
     "member_pattern",
     "name_problem",
+    "orphan_membership",
     "set_of",
     "slug",
 ]
@@ -135,6 +137,29 @@ def member_document(api_version: str, metadata_labels: Mapping[str, str], set_na
     return {"apiVersion": api_version, "kind": "Lineage",
             "metadata": {"name": member_name(set_name, cell.name, index), "labels": labels},
             "spec": body}
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Where a lineage sits in its set: the cell (None: no matrix), the replica index and
+    the cell's matrix values as written (``{}`` when unknown: an orphan of a removed
+    value). ``orphaned``: the set no longer has it (kept: history is never removed)."""
+
+    set_name: str
+    cell: str | None
+    replica: int
+    matrix: dict[str, Any]
+    orphaned: bool = False
+
+
+def orphan_membership(set_name: str, name: str,
+                      known: Mapping[str | None, Mapping[str, Any]]) -> Membership:
+    """The membership an orphan's name says (``<set>-[<cell>-]<i>``); its matrix values
+    when its cell is still one the set has (``known``: cell name -> values), else ``{}``."""
+    cell, _, index = name.removeprefix(f"{set_name}-").rpartition("-")
+    found = known.get(cell or None)
+    return Membership(set_name, cell or None, int(index) if index.isdigit() else 0,
+                      dict(found) if found is not None else {}, orphaned=True)
 
 
 def member_pattern(set_name: str) -> re.Pattern[str]:

@@ -1,0 +1,98 @@
+"""A LineageSet's members as status, log and export show them: headings, place, columns.
+
+Rule: no decisions here. Who is a member, in which cell, and who is orphaned was
+decided by ``reconciler.engine.sets`` (the lineages come grouped, each set's members
+together cell by cell); this module only says it, the same way for every command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from reconciler.report.words import plural
+from reconciler.spec.sets import Membership
+
+__all__ = ["ORPHANED", "SET_COLUMNS", "headings", "indent", "matrix_columns", "matrix_value",
+           "member_json", "set_values"]
+
+ORPHANED = "orphaned: no longer in set {}; kept (nothing is deleted)"
+SET_COLUMNS = ("set", "cell", "replica", "orphaned")  # export's, then matrix.<key>
+
+
+def _place(member: Membership | None) -> tuple[str | None, str | None]:
+    return (member.set_name, member.cell) if member is not None else (None, None)
+
+
+def indent(member: Membership | None) -> str:
+    """A lineage's block is indented under its set's heading, and under its cell's."""
+    if member is None:
+        return ""
+    return "    " if member.cell is not None else "  "
+
+
+def headings(members: Sequence[Membership | None], i: int) -> list[str]:
+    """The headings shown before lineage ``i`` (``members``: each lineage's place, in the
+    order shown): its set's when the set begins, its cell's when the cell begins, and
+    ``lineages not in a set:`` when plain lineages follow a set (as plan shows them)."""
+    before = _place(members[i - 1]) if i else (None, None)
+    set_name, cell = here = _place(members[i])
+    if here == before:
+        return []
+    if set_name is None:
+        return ["lineages not in a set:"] if before[0] is not None else []
+    out = []
+    if before[0] != set_name:
+        mine = [m for m in members if m is not None and m.set_name == set_name]
+        live = [m for m in mine if not m.orphaned]
+        cells = {m.cell for m in live if m.cell is not None}
+        orphans = len(mine) - len(live)
+        out.append(f"set {set_name}: {plural(len(live), 'member')}"
+                   + (f" in {plural(len(cells), 'cell')}" if cells else "")
+                   + (f", {orphans} orphaned" if orphans else ""))
+    if cell is not None:
+        values = next((m.matrix for m in members
+                       if m is not None and _place(m) == here and m.matrix), {})
+        shown = (", ".join(f"{key}={matrix_value(value)}" for key, value in values.items())
+                 if values else "no longer in the set")
+        out.append(f"  cell {cell} ({shown}):")
+    return out
+
+
+def matrix_value(value: Any) -> str:
+    """A matrix value as one line: a scalar as itself, anything else as compact JSON."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return str(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+
+
+def member_json(member: Membership | None) -> dict[str, Any] | None:
+    """A lineage's place in its set as JSON (status, log): null outside a set."""
+    if member is None:
+        return None
+    return {"name": member.set_name, "cell": member.cell, "replica": member.replica,
+            "matrix": dict(member.matrix), "orphaned": member.orphaned}
+
+
+def matrix_columns(members: Sequence[Membership | None]) -> list[str]:
+    """Export's matrix columns: ``matrix.<key>`` for every key of these members' sets, in
+    the order the sets write them."""
+    keys: dict[str, None] = {}
+    for member in members:
+        if member is not None:
+            keys.update(dict.fromkeys(member.matrix))
+    return [f"matrix.{key}" for key in keys]
+
+
+def set_values(member: Membership | None, columns: Sequence[str]) -> dict[str, Any]:
+    """Export's set columns of one lineage: ``set``, ``cell``, ``replica``, ``orphaned``
+    and its ``matrix.<key>`` values (None: not in a set, or a value the set lost)."""
+    if member is None:
+        return {"set": None, "cell": None, "replica": None, "orphaned": None,
+                **dict.fromkeys(columns)}
+    return {"set": member.set_name, "cell": member.cell, "replica": member.replica,
+            "orphaned": member.orphaned,
+            **{column: member.matrix.get(column.removeprefix("matrix."))
+               for column in columns}}
