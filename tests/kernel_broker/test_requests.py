@@ -274,3 +274,27 @@ def test_public_names_are_chosen() -> None:
     assert sorted(ledger.__all__) == ["Ledger", "PROMPT_FRAMING_TOKENS", "Reservation", "Usage",
                                       "estimate_prompt_tokens", "usd_text", "worst_case_usd"]
     assert "classify" in providers.__all__ and "run_request" in providers.__all__
+
+
+def test_a_broker_starts_and_serves_when_the_process_holds_past_1024_descriptors(
+        tmp_path: Path) -> None:
+    """Physics release 3: an apply of a hundred lineages holds descriptors numbered past
+    select(2)'s 1,024; the broker's start must still read its "ready" line."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1300:
+        pytest.fail(f"this test needs RLIMIT_NOFILE's hard limit of 1,300 or more (it is {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        broker = start_broker(tmp_path, ECHO)
+        status, _answer = post(broker.socket_path, "hi", tokens=5)
+        (call,) = broker.stop().model_calls
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert status == 200 and call["http_status"] == 200

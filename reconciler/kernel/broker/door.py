@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import subprocess
@@ -373,16 +374,21 @@ def read_refused(private_dir: Path) -> int:
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes:
-    """One line from a pipe, or TimeoutError."""
+    """One line from a pipe, or TimeoutError.
+
+    Waits with poll(2), never select(2): an apply running a hundred lineages in one
+    process holds descriptors numbered past select's 1,024 (physics release 3).
+    """
     deadline = time.monotonic() + timeout
     data = b""
     fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no answer within {timeout:.0f}s")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
+        if poller.poll(max(1, math.ceil(left * 1000))):
             chunk = os.read(fd, 4096)
             if not chunk:
                 break
