@@ -53,6 +53,11 @@ def status_command(
                             for item in fleet([], state_dir)], selectors)
     except SelectorError as error:
         raise OuroError(f"ouro status: {error}") from None
+    from reconciler.spec.load import state_dir as resolve_state_dir
+    from reconciler.state.conditions import read_status as read_conditions
+
+    controller = read_conditions(resolve_state_dir(state_dir))
+    known = controller.lineages if controller is not None else {}
     cache = summary_cache_dir(state_dir)
     store = default_store(state_dir)
     lines = []
@@ -62,11 +67,12 @@ def status_command(
                                 paths=named.paths, labels=named.labels,
                                 running=observed.running,
                                 kernel=lineage_kernel(named.name, observed, store),
-                                until=_until(named, observed), member=named.member))
+                                until=_until(named, observed), member=named.member,
+                                conditions=known.get(named.name)))
     if as_json:
-        sys.stdout.write(status_json(lines))
-    elif lines:
-        print_status(lines)
+        sys.stdout.write(status_json(lines, controller))
+    elif lines or controller is not None:
+        print_status(lines, controller=controller)
     else:
         print("ouro status: no lineages", file=sys.stderr)
 

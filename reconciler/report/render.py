@@ -22,6 +22,7 @@ from reconciler.report.escape import json_text, markdown, markdown_code, rich_te
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
+from reconciler.state.conditions import ControllerStatus, LineageConditions
 from reconciler.state.observe import StatusReport
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ __all__ = [
     "FORMAT_VERSION",
     "MARKERS",
     "StatusLine",
+    "conditions_text",
+    "controller_lines",
     "plan_document",
     "plan_json",
     "plan_markdown",
@@ -301,6 +304,7 @@ class StatusLine:
     kernel: KernelChoice | None = None  # the kernel that would extend it
     until: UntilStop | None = None  # its spec's spec.until holds: apply runs no more
     member: Membership | None = None  # where it sits in its set (None: not in a set)
+    conditions: LineageConditions | None = None  # what `ouro controller` last wrote of it
 
     def places(self) -> dict[str, str] | None:
         if self.paths is None:
@@ -309,10 +313,13 @@ class StatusLine:
                 "observations": str(self.paths.observations)}
 
 
-def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
+def status_document(lines: Sequence[StatusLine],
+                    controller: ControllerStatus | None = None) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
         "kind": "ouro-status",
+        # `ouro controller`'s own conditions (null: no controller wrote any here)
+        "controller": controller.controller if controller is not None else None,
         "lineages": [
             {
                 "name": line.name,
@@ -337,21 +344,64 @@ def status_document(lines: Sequence[StatusLine]) -> dict[str, Any]:
                     "message": line.until.message},
                 # its LineageSet (null: a plain lineage); orphaned: the set no longer has it
                 "set": member_json(line.member),
+                "conditions": None if line.conditions is None else [
+                    c.as_json() for c in line.conditions.conditions],
             }
             for line in lines
         ],
     }
 
 
-def status_json(lines: Sequence[StatusLine]) -> str:
-    return json_text(json.dumps(status_document(lines), indent=2, ensure_ascii=False,
-                                default=str) + "\n")
+def status_json(lines: Sequence[StatusLine], controller: ControllerStatus | None = None) -> str:
+    return json_text(json.dumps(status_document(lines, controller), indent=2,
+                                ensure_ascii=False, default=str) + "\n")
 
 
-def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None) -> None:
+def controller_lines(controller: ControllerStatus) -> list[tuple[str, str | None]]:
+    """The controller's block of `ouro status`: who, the revision, a bad commit, an error."""
+    own = controller.controller
+
+    def short(value: Any) -> str:
+        return str(value)[:12] if value else "none yet"
+
+    lines: list[tuple[str, str | None]] = [(
+        f"controller: revision {short(own.get('revision'))} of {own.get('repo')} "
+        f"{own.get('branch')} ({'running' if own.get('running') else 'not running'}: pid "
+        f"{own.get('pid')} on {own.get('host')}, updated {own.get('updated_at')})", "bold")]
+    bad = own.get("bad_commit")
+    if isinstance(bad, dict):
+        lines.append((f"  bad commit {short(bad.get('commit'))}, not applied: "
+                      f"{bad.get('message')}", "red"))
+    error = own.get("last_error")
+    if isinstance(error, dict):
+        lines.append((f"  last error ({error.get('at')}): {error.get('message')}", "red"))
+    budget = own.get("budget")
+    if isinstance(budget, dict):
+        lines.append((f"  spend on {budget.get('day')}: ${budget.get('spent_usd')} of "
+                      f"${budget.get('limit_usd')}" + (" (no generation starts)"
+                                                     if budget.get("blocked") else ""),
+                      "red" if budget.get("blocked") else None))
+    return lines
+
+
+def conditions_text(found: LineageConditions) -> str:
+    """One line: each condition's status and reason, the true ones' messages."""
+    parts = [f"{c.type}={c.status} ({c.reason})" for c in found.conditions]
+    stalled = found.get("Stalled")
+    text = ", ".join(parts)
+    if stalled is not None and stalled.status == "True":
+        text += f"; stalled since {stalled.last_transition}: {stalled.message}"
+    return text
+
+
+def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None,
+                 controller: ControllerStatus | None = None) -> None:
     """Each lineage's block; a set's members under the set's heading and their cell's
-    (indented), a set's orphans in their cells, marked ``orphaned``, as plan shows them."""
+    (indented), a set's orphans in their cells, marked ``orphaned``, as plan shows them.
+    ``controller``: `ouro controller`'s block first."""
     console = _console(stream)
+    for text, style in controller_lines(controller) if controller is not None else ():
+        console.print(rich_text(text), style=style)
     members = [line.member for line in lines]
     for i, line in enumerate(lines):
         for heading in headings(members, i):
@@ -379,6 +429,9 @@ def _status_block(console: Console, line: StatusLine, pad: str) -> None:
                       style="green")
     if line.labels:
         console.print(rich_text(f"{pad}  labels: {_labels(line.labels)}"))
+    if line.conditions is not None:
+        console.print(rich_text(f"{pad}  conditions: {conditions_text(line.conditions)}"),
+                      style="red" if line.conditions.stalled else None)
     places = line.places()
     if places is not None:
         console.print(rich_text(f"{pad}  worktree: {places['worktree']}"))

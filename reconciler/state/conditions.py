@@ -8,7 +8,8 @@ no controller (None), never as an error: status works without a controller.
 
 Shape (``kind`` ``ouro-controller-status``, ``format_version`` 1)::
 
-    {"controller": {"revision": .., "seen": .., "bad_commit": {..}|null,
+    {"controller": {"running": bool (read: its lock is held now), "revision": ..,
+                    "seen": .., "bad_commit": {..}|null,
                     "last_error": {..}|null, "pid": .., "host": .., "started_at": ..,
                     "updated_at": .., "budget": {..}|null, "repo": .., "branch": .., "path": ..},
      "lineages": {NAME: {"conditions": [{"type", "status", "reason", "message",
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.spec.files import FileRefused, read_limited
+from reconciler.state.holders import held_by
 
 __all__ = ["CONDITION_TYPES", "CONTROLLER_DIR", "KIND", "STATUS_FILE", "Condition",
            "ControllerStatus", "LineageConditions", "read_status", "status_path"]
@@ -126,4 +128,6 @@ def read_status(state_dir: Path) -> ControllerStatus | None:
     assert isinstance(lineages, dict)
     parsed = {name: item for name, raw in lineages.items()
               if isinstance(name, str) and (item := _lineage(name, raw)) is not None}
-    return ControllerStatus(data["controller"], parsed)
+    # whether a controller holds the state dir now (its lock probed, never taken)
+    running = held_by(state_dir / CONTROLLER_DIR / "controller") is not None
+    return ControllerStatus(dict(data["controller"], running=running), parsed)

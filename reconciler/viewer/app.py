@@ -37,6 +37,7 @@ from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.spec.models import ModelSpec
 from reconciler.state import history
+from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
@@ -104,6 +105,7 @@ class FleetSource:
         self._lock = threading.Lock()
         self._known_at: dict[str, Known] = {}
         self.cache_dir: Path | None = None
+        self.state_dir: Path | None = None  # where `ouro controller` writes its conditions
         self.problem: str | None = None
 
     def lineages(self) -> dict[str, Shown]:
@@ -196,18 +198,24 @@ class _Guard(BaseHTTPMiddleware):
         return response
 
 
-def _fleet_lines(source: FleetSource) -> list[pages.FleetLine]:
+def _fleet_lines(source: FleetSource,
+                 controller: ControllerStatus | None = None) -> list[pages.FleetLine]:
+    """The fleet's lines; with a controller's conditions, its stalled lineages first."""
     lines = []
+    found = controller.lineages if controller is not None else {}
     for name, shown in source.lineages().items():
         known = source.known(name, shown)
         lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
-                                      known.born, source.running(shown, known.summary)))
-    return lines
+                                      known.born, source.running(shown, known.summary),
+                                      stalled=pages.stalled_text(found.get(name))))
+    return sorted(lines, key=lambda line: line.stalled is None)
 
 
 def _fleet_context(source: FleetSource) -> dict[str, Any]:
-    lines = _fleet_lines(source)
+    controller = read_status(source.state_dir) if source.state_dir is not None else None
+    lines = _fleet_lines(source, controller)
     return {"lines": lines, "problem": source.problem,
+            "controller": pages.controller_context(controller),
             "plots": pages.fleet_plots() if any(line.created for line in lines) else []}
 
 

@@ -16,13 +16,25 @@ from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
 from reconciler.report.words import plural
+from reconciler.state.conditions import ControllerStatus, LineageConditions
 from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
 from reconciler.viewer.plots import FLEET_PLOTS, PLOTS
 
-__all__ = ["Bounded", "FleetLine", "diff_context", "diff_lines", "fleet_line", "fleet_plots",
-           "generation_context", "lineage_context", "lineage_href"]
+__all__ = [
+    "Bounded",
+    "FleetLine",
+    "controller_context",
+    "diff_context",
+    "diff_lines",
+    "fleet_line",
+    "fleet_plots",
+    "generation_context",
+    "lineage_context",
+    "lineage_href",
+    "stalled_text",
+]
 
 TEXT_CHARS = 4000  # a prompt or reply shown without ?full=1
 BODY_CHARS = 200_000
@@ -96,6 +108,7 @@ class FleetLine:
     foreign: int = 0  # generations whose recorded kernel differs from the born-under one
     running: str | None = None  # which apply runs it now, at which generation
     created: bool = True  # False: the spec names it, apply has not created it yet
+    stalled: str | None = None  # `ouro controller`'s Stalled condition, when it is True
 
 
 def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[GenerationRow, str]]:
@@ -114,10 +127,33 @@ def created(summary: LineageSummary) -> bool:
 
 def fleet_line(name: str, summary: LineageSummary, desired: int | None,
                stop: Stopped | None = None, born: BornUnder | None = None,
-               running: str | None = None) -> FleetLine:
+               running: str | None = None, stalled: str | None = None) -> FleetLine:
     last = outcome_of(summary.rows[-1]) if summary.rows else "—"
     return FleetLine(name, lineage_href(name), summary, desired, last, stop,
-                     len(_foreign(summary, born)), running, created(summary))
+                     len(_foreign(summary, born)), running, created(summary), stalled)
+
+
+def stalled_text(found: LineageConditions | None) -> str | None:
+    """``reason: message`` of a lineage's Stalled condition when it is True, else None."""
+    condition = found.get("Stalled") if found is not None else None
+    if condition is None or condition.status != "True":
+        return None
+    return f"{condition.reason}: {condition.message} (since {condition.last_transition})"
+
+
+def controller_context(found: ControllerStatus | None) -> dict[str, Any] | None:
+    """The fleet page's controller banner: its revision, running or not, a bad commit."""
+    if found is None:
+        return None
+    own = found.controller
+    bad = own.get("bad_commit")
+    error = own.get("last_error")
+    return {"revision": short(found.revision) if found.revision else "none yet",
+            "repo": own.get("repo"), "branch": own.get("branch"),
+            "running": own.get("running") is True, "updated": own.get("updated_at"),
+            "bad_commit": (f"{short(bad.get('commit'))}: {bad.get('message')}"
+                           if isinstance(bad, dict) else None),
+            "error": error.get("message") if isinstance(error, dict) else None}
 
 
 def fleet_plots() -> list[dict[str, str]]:

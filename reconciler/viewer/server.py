@@ -17,6 +17,7 @@ from typing import IO
 
 from reconciler.errors import OuroError
 from reconciler.report.words import plural
+from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state.fleet import fleet, summary_cache_dir
 from reconciler.viewer.app import FleetSource, Shown, create_app, new_token
 from reconciler.viewer.guard import limit_logs, server_settings
@@ -33,6 +34,7 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
 
     source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
     source.cache_dir = summary_cache_dir(state_dir)
+    source.state_dir = resolve_state_dir(state_dir)  # `ouro controller`'s conditions, if any
     source.lineages()  # a bad spec is reported now, before anything is served
     return source
 
