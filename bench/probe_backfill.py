@@ -4,19 +4,22 @@
 One command: `python bench/probe_backfill.py [--generations N] [--parallel P]`.
 
 A lineage-shaped git dir of N generation commits (organism.el growing by one
-definition each) and a trivial probe (``sh -c 'printf {"ok": true}'``). Measured:
-``measure_missing`` back-filling all N generations, P at a time (the tree of each
-generation archived from the git dir, the sandbox, the metrics parsed, one record
-commit each, the coverage read). Baseline, in the same run and at the same
-parallelism: N bare runs of the same command in the same sandbox
-(``engine.probes.sandbox.measure``, no record, no coverage). Prints both and
-their ratio; target: at most 1.3 (issue 25; the issue's size is 1,000).
+definition each; N is 1,000 unless told) and a trivial probe
+(``sh -c 'printf {"ok": true}'``). Measured: ``measure_missing`` back-filling all
+N generations, P at a time (the tree of each generation archived from the git dir,
+the sandbox, the metrics parsed, one record commit each, the coverage read).
+Baseline, in the same run and at the same parallelism: N bare runs of the same
+command in the same sandbox (``engine.probes.sandbox.measure``, no record, no
+coverage), half of them before the back-fill and half after, so that a load that
+changes during the run weighs on both alike. Prints both, their ratio (target: at
+most 1.3, issue 25) and the CPU time this process and its children spent on each.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -54,9 +57,15 @@ def lineage(root: Path, generations: int) -> tuple[LineagePaths, list[str]]:
     return paths, commits
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its waited-for children (the sandboxes), so far."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--generations", type=int, default=200)
+    parser.add_argument("--generations", type=int, default=1000)
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args()
     probe = resolve(ProbeSpec.model_validate(
@@ -71,18 +80,26 @@ def main() -> int:
                 scope_name=f"ouro-bench-probe-{index}.{os.getpid()}")
             assert run.metrics == {"ok": True}, run
 
-        began = time.monotonic()
-        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-            list(pool.map(bare, range(args.generations)))
-        baseline = time.monotonic() - began
-        began = time.monotonic()
+        def bare_runs(indexes: range) -> tuple[float, float]:
+            began, cpu = time.monotonic(), cpu_seconds()
+            with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+                list(pool.map(bare, indexes))
+            return time.monotonic() - began, cpu_seconds() - cpu
+
+        half = args.generations // 2
+        first, first_cpu = bare_runs(range(half))
+        began, cpu = time.monotonic(), cpu_seconds()
         done = measure_missing(paths, [probe], parallel=args.parallel)
-        backfill = time.monotonic() - began
+        backfill, backfill_cpu = time.monotonic() - began, cpu_seconds() - cpu
         assert done.records == args.generations and not done.errors, done
+        second, second_cpu = bare_runs(range(half, args.generations))
+    baseline, baseline_cpu = first + second, first_cpu + second_cpu
     ratio = backfill / baseline
     print(f"{args.generations} generations, --parallel {args.parallel}: back-fill "
-          f"{backfill:.2f} s, bare sandbox runs {baseline:.2f} s, ratio {ratio:.2f} "
-          f"(target at most {TARGET_RATIO})")
+          f"{backfill:.2f} s, bare sandbox runs {baseline:.2f} s ({first:.2f} s before, "
+          f"{second:.2f} s after), ratio {ratio:.2f} (target at most {TARGET_RATIO}); CPU "
+          f"{backfill_cpu:.2f} s vs. {baseline_cpu:.2f} s ({backfill_cpu / baseline_cpu:.2f}); "
+          f"load average {os.getloadavg()[0]:.1f}")
     return 0 if ratio <= TARGET_RATIO else 1
 
 
