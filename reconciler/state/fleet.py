@@ -18,7 +18,7 @@ from pathlib import Path
 from reconciler.errors import StateError
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.ownfiles import check_private
-from reconciler.spec.load import default_places, load_specs, state_dir
+from reconciler.spec.load import LoadedSpec, default_places, load_specs, state_dir
 from reconciler.spec.models import ModelSpec
 from reconciler.state.branches import resolve, spec_paths
 
@@ -31,6 +31,7 @@ class Lineage:
     paths: LineagePaths
     desired: int | None = None  # the generations its spec asks for (None: no spec)
     model: ModelSpec | None = None  # its spec's model section (None: no spec)
+    spec: LoadedSpec | None = None  # its spec, as loaded (None: no spec)
 
 
 def _checked(folder: Path) -> Path:
@@ -75,7 +76,7 @@ def fleet(specs: Sequence[Path], explicit_state_dir: Path | None = None) -> list
     """The specs' lineages (in spec order), or every lineage in the state dir."""
     if specs:
         return [Lineage(spec.name, spec_paths(spec), spec.spec.spec.generations,
-                        spec.spec.spec.model)
+                        spec.spec.spec.model, spec)
                 for spec in load_specs(specs, state_dir=explicit_state_dir)]
     return _in_state_dir(state_dir(explicit_state_dir))
 

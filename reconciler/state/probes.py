@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +26,18 @@ from reconciler.spec.probes import digest_of
 __all__ = [
     "BRANCH_PREFIX",
     "ProbeRecord",
+    "ProbeTable",
     "check_records",
     "columns",
     "coverage",
     "generation_commits",
+    "head",
     "latest",
     "metrics",
     "probe_branch",
     "record_name",
     "records",
+    "table",
 ]
 
 BRANCH_PREFIX = "probes/"
@@ -108,6 +111,19 @@ def _numbers(repo: pygit2.Repository, folder: pygit2.Tree) -> Iterator[tuple[int
         stem = name.removesuffix(".json")
         if name.endswith(".json") and stem.isdigit() and record_name(int(stem)) == name:
             yield int(stem), item.id
+
+
+def head(paths: LineagePaths) -> str | None:
+    """The commit ``probes/<lineage branch>`` points at (None: no records), from the ref
+    alone: what changes when a record is written."""
+    repo = _repo(paths.observations)
+    if repo is None:
+        return None
+    try:
+        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
+        return str(ref.target)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
 
 
 def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
@@ -244,3 +260,43 @@ def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[t
                     or record.get("commit") != generations[number]:
                 found.append(("commit", number))
     return found
+
+
+FAILURE_CHARS = 200  # a probe failure's reason as a table keeps it
+
+
+@dataclass(frozen=True)
+class ProbeTable:
+    """What the probes measured, at each probe's current digest (``latest``): each
+    ``probe.<name>.<metric>`` column's values by generation, each probe's failures
+    (generation -> reason, cut at ``FAILURE_CHARS``), and each column's probe (a forged
+    record's name may hold a '.')."""
+
+    values: dict[str, dict[int, Any]]
+    failures: dict[str, dict[int, str]]
+    probe_of: dict[str, str] = field(default_factory=dict)
+
+    def plottable(self) -> list[str]:
+        """The columns with at least one number or boolean, sorted."""
+        return sorted(column for column, found in self.values.items()
+                      if any(isinstance(value, int | float) for value in found.values()))
+
+
+def table(paths: LineagePaths) -> ProbeTable:
+    """The lineage's ``ProbeTable`` (empty: no records, or none readable)."""
+    values: dict[str, dict[int, Any]] = {}
+    failures: dict[str, dict[int, str]] = {}
+    probe_of: dict[str, str] = {}
+    for number, found in latest(paths).items():
+        for item in found:
+            name = str(item.record.get("probe"))
+            measured = item.record.get("metrics")
+            failure = item.record.get("failure")
+            if failure is not None or not isinstance(measured, dict):
+                reason = str(failure) if failure is not None else "no metrics recorded"
+                failures.setdefault(name, {})[number] = reason[:FAILURE_CHARS]
+                continue
+            for metric, value in measured.items():
+                values.setdefault(f"probe.{name}.{metric}", {})[number] = value
+                probe_of[f"probe.{name}.{metric}"] = name
+    return ProbeTable(values, failures, probe_of)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,16 +33,26 @@ from starlette.templating import Jinja2Templates
 
 from reconciler.errors import OuroError
 from reconciler.kernel.base.config import LineagePaths
+from reconciler.plan.probes import UntilStop, until_stop
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.spec.models import ModelSpec
+from reconciler.spec.probes import UntilSpec
 from reconciler.state import history
+from reconciler.state import probes as probe_records
 from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.viewer import pages, raw
-from reconciler.viewer.plots import FLEET_PLOTS, PLOTS, render_fleet_svg, render_svg
+from reconciler.viewer.plots import (
+    FLEET_PLOTS,
+    PLOTS,
+    render_fleet_probe_svg,
+    render_fleet_svg,
+    render_probe_svg,
+    render_svg,
+)
 
 __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "create_app", "new_token"]
 
@@ -74,21 +84,40 @@ def cookie_name(port: int) -> str:
 @dataclass(frozen=True)
 class Shown:
     """A lineage the viewer shows: its places and, when a spec names it, its target and
-    model (whose ``max_failed_generations`` and key say when apply stops it)."""
+    model (whose ``max_failed_generations`` and key say when apply stops it), its
+    ``spec.until`` conditions and its probes' current digests (name -> digest)."""
 
     paths: LineagePaths
     desired: int | None
     model: ModelSpec | None = None
+    until: Sequence[UntilSpec] = ()
+    digests: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Known:
-    """What the pages show of a lineage at one pair of heads: its summary, the kernel it
-    was born under, and why apply stops it (if it does)."""
+    """What the pages show of a lineage at one set of heads: its summary, the kernel it
+    was born under, why apply stops it (if it does), what its probes measured and the
+    ``spec.until`` condition that holds (as plan decides it; with a spec only)."""
 
     summary: LineageSummary
     born: BornUnder | None
     stop: Stopped | None
+    probes: probe_records.ProbeTable = field(
+        default_factory=lambda: probe_records.ProbeTable({}, {}))
+    until: UntilStop | None = None
+    probe_head: str | None = None
+    shown: Shown | None = None  # what it was read for (a changed spec reads it again)
+
+
+def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
+    """The spec's ``until`` condition that holds, as ``ouro status`` says it: only while
+    the lineage is short of its target."""
+    if not shown.until or (shown.desired is not None
+                           and summary.generations >= shown.desired):
+        return None
+    return until_stop(shown.until, shown.digests, probe_records.metrics(shown.paths),
+                      summary.generations)
 
 
 class FleetSource:
@@ -130,16 +159,20 @@ class FleetSource:
         return None if holder is None else holder.running(summary.generations + 1)
 
     def known(self, name: str, shown: Shown) -> Known:
-        """The lineage's summary, kernel and stop; kept in memory while its heads stay."""
+        """The lineage's summary, kernel, stops and probes; kept in memory while its heads
+        (and its probe records' branch) stay."""
         now = heads(shown.paths)
+        probe_head = probe_records.head(shown.paths)
         with self._lock:
             kept = self._known_at.get(name)
-        if kept is not None and (kept.summary.lineage_head,
-                                 kept.summary.observation_head) == now:
+        if kept is not None and (kept.summary.lineage_head, kept.summary.observation_head,
+                                 kept.probe_head, kept.shown) == (*now, probe_head, shown):
             return kept
         summary = summarize(shown.paths, self.cache_dir)
         fresh = Known(summary, born_under(shown.paths),
-                      lineage_stop(shown.paths, summary, shown.model))
+                      lineage_stop(shown.paths, summary, shown.model),
+                      probe_records.table(shown.paths), _until(shown, summary), probe_head,
+                      shown)
         with self._lock:
             self._known_at[name] = fresh
         return fresh
@@ -148,10 +181,10 @@ class FleetSource:
         return self.known(name, shown).summary
 
     def heads_json(self) -> str:
-        """What a page reloads on: each lineage's heads, whether an apply holds it, and
-        its target."""
+        """What a page reloads on: each lineage's heads, whether an apply holds it, its
+        target, and its probe records' head."""
         found = {name: [*heads(shown.paths), held_by(shown.paths.git_dir) is not None,
-                        shown.desired]
+                        shown.desired, probe_records.head(shown.paths)]
                  for name, shown in self.lineages().items()}
         return json.dumps(found, sort_keys=True, separators=(",", ":"))
 
@@ -198,25 +231,30 @@ class _Guard(BaseHTTPMiddleware):
         return response
 
 
-def _fleet_lines(source: FleetSource,
-                 controller: ControllerStatus | None = None) -> list[pages.FleetLine]:
-    """The fleet's lines; with a controller's conditions, its stalled lineages first."""
-    lines = []
+def _fleet_lines(source: FleetSource, controller: ControllerStatus | None = None
+                 ) -> tuple[list[pages.FleetLine], list[Known]]:
+    """The fleet's lines (with a controller's conditions, its stalled lineages first) and
+    what is known of each lineage."""
+    lines, known_of = [], []
     found = controller.lineages if controller is not None else {}
     for name, shown in source.lineages().items():
         known = source.known(name, shown)
+        known_of.append(known)
         lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
                                       known.born, source.running(shown, known.summary),
-                                      stalled=pages.stalled_text(found.get(name))))
-    return sorted(lines, key=lambda line: line.stalled is None)
+                                      stalled=pages.stalled_text(found.get(name)),
+                                      until=known.until))
+    return sorted(lines, key=lambda line: line.stalled is None), known_of
 
 
-def _fleet_context(source: FleetSource) -> dict[str, Any]:
+def _fleet_context(source: FleetSource, request: Request) -> dict[str, Any]:
     controller = read_status(source.state_dir) if source.state_dir is not None else None
-    lines = _fleet_lines(source, controller)
+    lines, known_of = _fleet_lines(source, controller)
+    columns = sorted({column for known in known_of for column in known.probes.plottable()})
     return {"lines": lines, "problem": source.problem,
             "controller": pages.controller_context(controller),
-            "plots": pages.fleet_plots() if any(line.created for line in lines) else []}
+            "plots": pages.fleet_plots() if any(line.created for line in lines) else [],
+            **pages.fleet_probe_context(columns, request.query_params.get("metric"))}
 
 
 def _diff_context(source: FleetSource, name: str, shown: Shown,
@@ -258,6 +296,43 @@ def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
     return _svg(render_fleet_svg(PLOTS[metric], rows))
 
 
+def _probe_plot_image(source: FleetSource, request: Request) -> Response:
+    """``/probe-plot/NAME.svg?metric=probe.<name>.<metric>``: one probe metric of a
+    lineage."""
+    name, column = str(request.path_params["name"]), request.query_params.get("metric", "")
+    shown = source.lineages().get(name)
+    known = source.known(name, shown) if shown is not None else None
+    if known is None or column not in known.probes.values:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    probe = known.probes.probe_of.get(column, "")
+    return _svg(render_probe_svg(column, known.summary.rows, known.probes.values[column],
+                                 known.probes.failures.get(probe, {})))
+
+
+def _fleet_probe_plot_image(source: FleetSource, request: Request) -> Response:
+    """``/fleet-probe-plot.svg?metric=probe.<name>.<metric>``: one probe metric, a line
+    per lineage that measured it."""
+    column = request.query_params.get("metric", "")
+    lines = []
+    for name, shown in source.lineages().items():
+        known = source.known(name, shown)
+        if column in known.probes.values:
+            lines.append((name, known.summary.generations, known.probes.values[column]))
+    if not lines:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    return _svg(render_fleet_probe_svg(column, lines))
+
+
+def _plot_routes(source: FleetSource) -> list[Route]:
+    """The plots' images, each a heavy page."""
+    return [
+        Route("/plot/{name}/{metric}.svg", raw.heavy(partial(_plot_image, source))),
+        Route("/fleet-plot/{metric}.svg", raw.heavy(partial(_fleet_plot_image, source))),
+        Route("/probe-plot/{name}.svg", raw.heavy(partial(_probe_plot_image, source))),
+        Route("/fleet-probe-plot.svg", raw.heavy(partial(_fleet_probe_plot_image, source))),
+    ]
+
+
 def create_app(source: FleetSource, token: str,
                hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1"),
                port: int = 0) -> Starlette:
@@ -279,7 +354,7 @@ def create_app(source: FleetSource, token: str,
         return (name, shown) if shown is not None else None
 
     def fleet_page(request: Request) -> Response:
-        return page(request, "fleet.html", _fleet_context(source))
+        return page(request, "fleet.html", _fleet_context(source, request))
 
     def lineage_page(request: Request) -> Response:
         chosen = lineage(request)
@@ -290,7 +365,8 @@ def create_app(source: FleetSource, token: str,
         return page(request, "lineage.html",
                     pages.lineage_context(name, known.summary, known.born, known.stop,
                                           desired=shown.desired,
-                                          running=source.running(shown, known.summary)))
+                                          running=source.running(shown, known.summary),
+                                          probes=known.probes, until=known.until))
 
     def diff_page(request: Request) -> Response:
         chosen = lineage(request)
@@ -327,8 +403,7 @@ def create_app(source: FleetSource, token: str,
         Route("/lineage/{name}/gen/{number:int}", raw.heavy(generation_page)),
         *raw.routes(source),
         Route("/lineage/{name}/diff", raw.heavy(diff_page)),
-        Route("/plot/{name}/{metric}.svg", raw.heavy(partial(_plot_image, source))),
-        Route("/fleet-plot/{metric}.svg", raw.heavy(partial(_fleet_plot_image, source))),
+        *_plot_routes(source),
         Route("/api/heads", heads_api),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from reconciler.plan.probes import UntilStop
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped
 from reconciler.report.words import plural
 from reconciler.state.conditions import ControllerStatus, LineageConditions
 from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
+from reconciler.state.probes import ProbeTable
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
 from reconciler.viewer.plots import FLEET_PLOTS, PLOTS
@@ -30,6 +32,7 @@ __all__ = [
     "diff_lines",
     "fleet_line",
     "fleet_plots",
+    "fleet_probe_context",
     "generation_context",
     "lineage_context",
     "lineage_href",
@@ -47,6 +50,12 @@ FULL_CALL_CHARS = 2_000_000  # ?full=1: all prompts and replies together, at mos
 STDERR_CHARS = 20_000
 JOURNAL_CHARS = 20_000
 RAW_CHARS = 4_000_000
+# A lineage page plots at most PROBE_PLOTS probe metrics and lists at most
+# PROBE_FAILURES probe failures; the fleet page's chooser offers at most PROBE_CHOICES
+# (a forged probe branch may hold any number of them): the rest is counted, not shown.
+PROBE_PLOTS = 48
+PROBE_FAILURES = 50
+PROBE_CHOICES = 500
 
 
 def size(value: int | None) -> str:
@@ -109,6 +118,7 @@ class FleetLine:
     running: str | None = None  # which apply runs it now, at which generation
     created: bool = True  # False: the spec names it, apply has not created it yet
     stalled: str | None = None  # `ouro controller`'s Stalled condition, when it is True
+    until: UntilStop | None = None  # its spec.until holds: apply runs no more
 
 
 def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[GenerationRow, str]]:
@@ -127,10 +137,12 @@ def created(summary: LineageSummary) -> bool:
 
 def fleet_line(name: str, summary: LineageSummary, desired: int | None,
                stop: Stopped | None = None, born: BornUnder | None = None,
-               running: str | None = None, stalled: str | None = None) -> FleetLine:
+               running: str | None = None, stalled: str | None = None, *,
+               until: UntilStop | None = None) -> FleetLine:
     last = outcome_of(summary.rows[-1]) if summary.rows else "—"
     return FleetLine(name, lineage_href(name), summary, desired, last, stop,
-                     len(_foreign(summary, born)), running, created(summary), stalled)
+                     len(_foreign(summary, born)), running, created(summary), stalled,
+                     until)
 
 
 def stalled_text(found: LineageConditions | None) -> str | None:
@@ -156,6 +168,39 @@ def controller_context(found: ControllerStatus | None) -> dict[str, Any] | None:
             "error": error.get("message") if isinstance(error, dict) else None}
 
 
+def probe_plot_src(column: str, name: str | None = None) -> str:
+    """A probe metric's plot: of one lineage, or (no ``name``) across the fleet. The
+    metric is a query parameter: a forged one may hold '/', which no path segment can."""
+    query = f"?metric={quote(column, safe='')}"
+    if name is None:
+        return f"/fleet-probe-plot.svg{query}"
+    return f"/probe-plot/{quote(name, safe='')}.svg{query}"
+
+
+def fleet_probe_context(columns: Sequence[str], chosen: str | None) -> dict[str, Any]:
+    """The fleet page's probe chooser: the metrics any lineage measured (``columns``,
+    sorted) and the one overlaid (``?metric=``, else the first)."""
+    offered = list(columns[:PROBE_CHOICES])
+    if chosen not in columns:
+        chosen = offered[0] if offered else None
+    return {"probe_columns": offered, "probe_columns_more": len(columns) - len(offered),
+            "probe_chosen": chosen,
+            "probe_plot": probe_plot_src(chosen) if chosen is not None else None}
+
+
+def _probe_context(name: str, probes: ProbeTable) -> dict[str, Any]:
+    columns = probes.plottable()
+    failures = sorted((number, probe, reason) for probe, found in probes.failures.items()
+                      for number, reason in found.items())
+    return {
+        "probe_plots": [{"src": probe_plot_src(column, name), "title": column}
+                        for column in columns[:PROBE_PLOTS]],
+        "probe_plots_more": max(0, len(columns) - PROBE_PLOTS),
+        "probe_failures": failures[:PROBE_FAILURES],
+        "probe_failures_more": max(0, len(failures) - PROBE_FAILURES),
+    }
+
+
 def fleet_plots() -> list[dict[str, str]]:
     """The fleet page's plots: each lineage one line."""
     return [{"src": f"/fleet-plot/{name}.svg", "title": f"{PLOTS[name].title}, by lineage"}
@@ -164,7 +209,8 @@ def fleet_plots() -> list[dict[str, str]]:
 
 def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None = None,
                     stop: Stopped | None = None, *, desired: int | None = None,
-                    running: str | None = None) -> dict[str, Any]:
+                    running: str | None = None, probes: ProbeTable | None = None,
+                    until: UntilStop | None = None) -> dict[str, Any]:
     base = lineage_href(name)
     exists = created(summary)
     plots = [{"src": f"/plot/{quote(name, safe='')}/{plot.name}.svg", "title": plot.title}
@@ -182,6 +228,9 @@ def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None =
         "truncated": [row for row in summary.rows if row.truncated_calls],
         "stopping": [row for row in summary.rows if row.stops_lineage],
         "kernel_cell": lambda row: kernel_cell(row, born),
+        "until": until,
+        **_probe_context(name, probes if probes is not None and exists
+                         else ProbeTable({}, {})),
     }
 
 

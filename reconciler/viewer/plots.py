@@ -4,8 +4,12 @@ Each plot is one metric of ``GenerationRow`` against the generation number; an
 unknown value is a gap, never a zero (a cumulative plot adds the known values and
 keeps its total across a gap). Deaths and model failures are marked (vertical lines
 whose SVG groups are ``death-N`` and ``model-failure-N``). The fleet's plots draw one
-line per lineage (``render_fleet_svg``). The SVG holds only numbers, fixed labels and
-lineage names (drawn as glyph outlines, not text): no organism text is drawn. An
+line per lineage (``render_fleet_svg``). A probe's metric is plotted the same way
+(``render_probe_svg``: its booleans as 0 and 1, strings not at all), with that
+probe's failures marked too (``probe-failure-N``), and overlaid across the fleet
+(``render_fleet_probe_svg``). The SVG holds only numbers, fixed labels, lineage
+names and probe metric names (drawn as glyph outlines, not text): no organism
+text is drawn. An
 absurd value (beyond ``PLOT_MAX``, or too large for a float) is drawn at the bound,
 marked with a red x and counted in a note (a forged 10**4000 tokens was a 500).
 """
@@ -15,13 +19,14 @@ from __future__ import annotations
 import io
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.state.summaries import GenerationRow
 
-__all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "render_fleet_svg", "render_svg"]
+__all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "render_fleet_probe_svg", "render_fleet_svg",
+           "render_probe_svg", "render_svg"]
 
 _LOCK = threading.Lock()  # matplotlib's font and text caches are shared: one figure at a time
 PLOT_MAX = 1e12  # beyond this a value is absurd in every plot (tokens, USD, seconds, MiB)
@@ -201,4 +206,81 @@ def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[Generati
         if not known:
             _no_data(axes)
         width = max((len(rows) for _name, rows in lineages), default=0)
+        return _finish(figure, axes, plot, width, known)
+
+
+def _number(value: Any) -> float | int | None:
+    """A probe metric as plotted: a boolean as 0 or 1, a string (or anything else) not."""
+    if isinstance(value, bool):
+        return int(value)
+    return value if isinstance(value, int | float) else None
+
+
+def _label(text: str) -> str:
+    """Text matplotlib draws as glyphs: "$" would start its mathtext."""
+    return text.replace("$", r"\$")
+
+
+def _probe_series(numbers: Sequence[int], values: Mapping[int, Any]
+                  ) -> tuple[list[float], list[int]]:
+    """The metric's value at each generation of ``numbers`` (a gap: NaN), clamped."""
+    found: list[float] = []
+    clamped: list[int] = []
+    for index, number in enumerate(numbers):
+        value, cut = _clamped(_number(values.get(number)))
+        found.append(value)
+        if cut:
+            clamped.append(index)
+    return found, clamped
+
+
+def _probe_failures(axes: Any, failures: Mapping[int, str]) -> bool:
+    """The probe's failures as dotted vertical lines; whether there was any."""
+    for index, number in enumerate(sorted(failures)):
+        axes.axvline(number, color="#d35400", alpha=0.8, linewidth=1.0, linestyle=":",
+                     label="probe failure" if index == 0 else None,
+                     gid=f"probe-failure-{number}")
+    return bool(failures)
+
+
+def render_probe_svg(column: str, rows: Sequence[GenerationRow], values: Mapping[int, Any],
+                     failures: Mapping[int, str]) -> bytes:
+    """One probe metric (``probe.<name>.<metric>``) over the lineage's generations, its
+    deaths, model failures and the probe's failures marked."""
+    plot = Plot(column, _label(column), "value", ())
+    with _LOCK:
+        figure, axes = _figure()
+        numbers = [row.generation for row in rows]
+        series, clamped = _probe_series(numbers, values)
+        known = any(not math.isnan(value) for value in series)
+        if known:
+            axes.plot(numbers, series, label=_label(column.split(".", 2)[-1]), linewidth=1.2,
+                      marker="." if len(rows) <= 60 else None, gid="probe-metric")
+        _absurd_note(axes, _flag(axes, numbers, series, clamped))
+        marked = _marks(axes, rows)
+        failed = _probe_failures(axes, failures)
+        if not known:
+            _no_data(axes)
+        return _finish(figure, axes, plot, len(rows), marked or failed)
+
+
+def render_fleet_probe_svg(column: str,
+                           lineages: Sequence[tuple[str, int, Mapping[int, Any]]]) -> bytes:
+    """One probe metric across the fleet: a line per lineage (name, generations, values)."""
+    plot = Plot(column, _label(f"{column}, by lineage"), "value", ())
+    with _LOCK:
+        figure, axes = _figure()
+        known, absurd = False, 0
+        for index, (name, generations, values) in enumerate(lineages):
+            numbers = list(range(1, generations + 1))
+            series, clamped = _probe_series(numbers, values)
+            absurd += _flag(axes, numbers, series, clamped)
+            if any(not math.isnan(value) for value in series):
+                known = True
+                axes.plot(numbers, series, label=_label(name), linewidth=1.2,
+                          marker="." if generations <= 60 else None, gid=f"lineage-{index}")
+        _absurd_note(axes, absurd)
+        if not known:
+            _no_data(axes)
+        width = max((generations for _name, generations, _values in lineages), default=0)
         return _finish(figure, axes, plot, width, known)

@@ -29,7 +29,10 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
     def find() -> dict[str, Shown]:
-        return {item.name: Shown(item.paths, item.desired, item.model)
+        return {item.name: Shown(item.paths, item.desired, item.model,
+                                 tuple(item.spec.spec.spec.until) if item.spec else (),
+                                 {probe.name: probe.digest for probe in item.spec.probes}
+                                 if item.spec else {})
                 for item in fleet(specs, state_dir)}
 
     source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
