@@ -123,3 +123,32 @@ def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Pa
     messages = branch_commits(paths)
     assert len(messages) == 20 and len(set(messages)) == 20  # each generation once
     assert all(json.dumps(r.record["metrics"]) for r in stored.records(paths))
+
+
+@pytest.mark.slow  # 200 generations measured, killed three times on the way
+def test_a_backfill_of_200_generations_killed_at_random_points_measures_each_once(
+        tmp_path: Path) -> None:
+    paths, commits = lineage(tmp_path, 200)
+    resolved = resolve(probe())
+    seen = [0]
+    for _kill in range(3):
+        child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
+                                 cwd=Path(__file__).resolve().parents[2],
+                                 start_new_session=True)
+        # killed at a random point (or when it ended by itself)
+        deadline = time.monotonic() + random.uniform(0.5, 2.0)
+        while time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        seen.append(len(stored.coverage(paths).get(resolved.digest, frozenset())))
+    assert seen == sorted(seen) and seen[-1] < 200, seen  # it progressed, and was cut off
+    done = measure_missing(paths, [resolved], parallel=2)
+    assert done.errors == [] and done.records == 200 - seen[-1]
+    assert stored.coverage(paths) == {resolved.digest: frozenset(range(1, 201))}
+    messages = branch_commits(paths)
+    assert len(messages) == 200 and len(set(messages)) == 200  # each generation once
+    found = stored.records(paths)
+    assert [(r.generation, r.record["commit"]) for r in found] == [
+        (n + 1, commits[n]) for n in range(200)]
+    assert [r.record["metrics"]["defuns"] for r in found] == [3 + n for n in range(200)]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from reconciler.engine.probes import output
+from reconciler.kernel.broker.door import SOCKET_FILE
 from reconciler.spec.probes import ProbeFiles
 
 from .conftest import make_repo, run_probe
@@ -139,4 +142,42 @@ def test_no_network_no_git_dir_no_host_paths(tmp_path: Path) -> None:
         server.close()
     assert run.metrics == {"net": False, "git": False, "obs": False, "tmp": False,
                            "sock": False, "env": "HOME,PATH"}, run
+    assert heard == []
+
+
+def test_no_model_socket_reaches_a_probe(tmp_path: Path) -> None:
+    """Neither the life's socket place (/kernel/model.sock), nor a broker's socket on the
+    host by its path, nor an abstract socket of the host's network namespace."""
+    git_dir = tmp_path / "x.git"
+    (commit,) = make_repo(git_dir)
+    on_disk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    on_disk.bind(str(tmp_path / SOCKET_FILE))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0ouro-test-model-{uuid.uuid4().hex}"
+    abstract.bind(name)
+    for server in (on_disk, abstract):
+        server.listen()
+        server.setblocking(False)
+    program = (
+        "import json, os, socket\n"
+        "def reach(where):\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    try:\n"
+        "        s.connect(where); s.sendall(b'POST /generate'); return True\n"
+        "    except OSError:\n"
+        "        return False\n"
+        f"print(json.dumps({{'kernel': reach('/kernel/{SOCKET_FILE}'),\n"
+        f"  'host': reach({str(tmp_path / SOCKET_FILE)!r}), 'abstract': reach({name!r}),\n"
+        f"  'listed': '{SOCKET_FILE}' in os.listdir('/kernel')}}))\n")
+    try:
+        run = run_probe(git_dir, commit, ["python3", "-c", program])
+        heard = []
+        for server in (on_disk, abstract):
+            with contextlib.suppress(BlockingIOError):
+                heard.append(server.accept())
+    finally:
+        on_disk.close()
+        abstract.close()
+    assert run.metrics == {"kernel": False, "host": False, "abstract": False,
+                           "listed": False}, run
     assert heard == []
