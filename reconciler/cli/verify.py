@@ -40,9 +40,11 @@ def verify_command(
     from reconciler.state.fleet import audit_record_dir
 
     loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
+    parents = {spec.fork_parent.name: spec_paths(spec.fork_parent) for spec in loaded
+               if spec.fork_parent is not None}
     report = verify([(spec.name, spec_paths(spec)) for spec in loaded],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-                    record_dir=audit_record_dir(state_dir), full=full)
+                    record_dir=audit_record_dir(state_dir), full=full, parents=parents)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))
     raise SystemExit(report.exit_status)
 

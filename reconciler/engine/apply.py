@@ -11,6 +11,7 @@ error. Only infrastructure that failed before a generation started
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ from tenacity import (
 
 from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
+from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober, ProbeResult, probe
 from reconciler.engine.probes.measure import measure_missing
@@ -220,16 +222,38 @@ class Engine:
         return self.store
 
     def _plan(self, spec: LoadedSpec, observed: Observed) -> LineagePlan:
-        facts = kernel_store_writer.facts_for(spec, observed, self.identity, self.kernel_store())
+        fork = fork_source(spec, observed)
+        facts = kernel_store_writer.facts_for(spec, observed, self.identity, self.kernel_store(),
+                                         fork)
         return plan_lineage(spec, observed, self.identity, preflight=provider_problem,
-                            kernel=facts)
+                            kernel=facts, fork=fork)
 
-    def _kernel(self, current: LineagePlan,
-                observed: Observed) -> kernel_store_writer.LineageKernel:
+    def _kernel(self, current: LineagePlan, observed: Observed,
+                spec: LoadedSpec | None = None) -> kernel_store_writer.LineageKernel:
         """The lineage's chosen kernel, ready: every kernel is in the store before it
-        births, recovers or extends a lineage."""
+        births, recovers or extends a lineage. A fork to be born under its parent's
+        kernel is told the parent's recorded identity (repository and ref too)."""
+        metadata = observed.lineage_metadata
+        if (metadata is None and spec is not None and spec.fork is not None
+                and spec.fork.kernel == "parent"):
+            source = fork_source(spec, observed)
+            metadata = source.metadata if source is not None else None
         return kernel_store_writer.prepare(self.kernel_store(), self.identity, current.kernel,
-                                           observed.lineage_metadata)
+                                      metadata)
+
+    def _birth(self, spec: LoadedSpec, paths: LineagePaths,
+               kernel: kernel_store_writer.LineageKernel) -> None:
+        """Create the lineage: the kernel's canonical seed, or a fork's (``engine.forks``)."""
+        if spec.fork is None:
+            for attempt in _retrying():
+                with attempt:
+                    kernel.birth(paths)
+            self.events.emit("created", lineage=spec.name, path=str(paths.worktree),
+                             kernel=kernel.ran_with["kernel"])
+            return
+        record = birth_fork(paths, spec, kernel.identity)
+        self.events.emit("created", lineage=spec.name, path=str(paths.worktree),
+                         kernel=kernel.ran_with["kernel"], fork=record)
 
     def run(
         self, jobs: Sequence[tuple[LoadedSpec, LineagePlan]], parallel: int
@@ -304,13 +328,9 @@ class Engine:
                     return self._finish(spec, result, current)
                 current = self._measured_first(spec, paths, result, current)
                 if current.pending and kernel is None:
-                    kernel = self._kernel(current, observed)
+                    kernel = self._kernel(current, observed, spec)
                 if current.action == "create" and kernel is not None:
-                    for attempt in _retrying():
-                        with attempt:
-                            kernel.birth(paths)
-                    self.events.emit("created", lineage=spec.name, path=str(paths.worktree),
-                                     kernel=kernel.ran_with["kernel"])
+                    self._birth(spec, paths, kernel)
                 if kernel is not None:  # (the newest failure: a probe may come first)
                     self._run_generations(spec, current, result, api_key, kernel, (
                         observed.last_observation or {}).get("provider_failure"))
@@ -430,12 +450,13 @@ class Engine:
             if not self.limits.take_generation():
                 return
             number = done + 1
+            runs = kernel if number != 1 else _first(kernel, paths)
             self.reporter.generation_started(spec.name, number, desired)
             self.events.emit("generation-started", lineage=spec.name, generation=number)
             try:
                 for attempt in _retrying():
                     with attempt:
-                        outcome = kernel.generation(
+                        outcome = runs.generation(
                             paths=paths, model=model, ceilings=ceilings, api_key=api_key,
                             provenance=provenance, cancel=self.limits.cancel,
                             on_event=self._retry_listener(spec.name, number),
@@ -527,6 +548,16 @@ class Engine:
         if self.on_lineage_done is not None and result.generations_run:
             self.on_lineage_done(spec)
         return result
+
+
+def _first(kernel: kernel_store_writer.LineageKernel,
+           paths: LineagePaths) -> kernel_store_writer.LineageKernel:
+    """Generation 1 of a fork records its ancestry in its ``ran_with`` (its first
+    observation), as the root metadata has it."""
+    record = ran_with_fork(observe(paths).lineage_metadata)
+    if record is None:
+        return kernel
+    return dataclasses.replace(kernel, ran_with={**kernel.ran_with, "fork": record})
 
 
 def check_spend(plans: Sequence[LineagePlan], max_spend: Decimal | None) -> Decimal:

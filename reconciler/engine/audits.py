@@ -37,7 +37,10 @@ class AuditBatches:
     def _launch(self) -> None:
         if self._waiting:
             items = [(spec.name, spec_paths(spec)) for spec in self._waiting]
-            self._handles.append(start_background_audit(items, record_dir=self._record_dir))
+            parents = {spec.fork_parent.name: spec_paths(spec.fork_parent)
+                       for spec in self._waiting if spec.fork_parent is not None}
+            self._handles.append(start_background_audit(items, record_dir=self._record_dir,
+                                                        parents=parents))
             self._waiting = []
 
     def finish(self, *, interrupted: bool) -> dict[str, dict[str, Any]]:

@@ -58,6 +58,7 @@ from reconciler.state.kernel_store import KernelStore, StoredKernel
 if TYPE_CHECKING:
     from reconciler.kernel.transaction.generation import GenerationOutcome
     from reconciler.spec.load import LoadedSpec
+    from reconciler.state.forks import ForkSource
     from reconciler.state.observe import Observed
 
 __all__ = [
@@ -346,8 +347,14 @@ def remove_entry(path: Path) -> None:
 
 
 def facts_for(spec: LoadedSpec, observed: Observed, running: Identity,
-              store: KernelStore) -> kernel_store.KernelFacts | None:
-    """What the planner needs to choose this lineage's kernel."""
+              store: KernelStore, fork: ForkSource | None = None
+              ) -> kernel_store.KernelFacts | None:
+    """What the planner needs to choose this lineage's kernel (a fork to be born under its
+    parent's kernel: that kernel's, from ``fork``, its source)."""
+    if fork is not None and spec.fork is not None and spec.fork.kernel == "parent":
+        from reconciler.engine.forks import fork_facts
+
+        return fork_facts(spec, fork, running, store)
     return kernel_store.lineage_facts(
         spec.instrument_pin, observed.lineage_metadata, observed.any_exists, running,
         ENTRY_REQUEST_SCHEMA, store)
@@ -503,9 +510,15 @@ def default_store(state_dir: Path | None = None) -> KernelStore:
 def plan_fleet(items: Sequence[tuple[LoadedSpec, Observed]], identity: Identity,
                store: KernelStore, *, preflight: Preflight | None = None,
                orphans: Sequence[Orphan] = ()) -> Plan:
-    """``make_plan`` with each lineage's kernel chosen (running, store, materialized)."""
-    kernels = {spec.name: facts_for(spec, observed, identity, store) for spec, observed in items}
-    return make_plan(items, identity, preflight=preflight, kernels=kernels, orphans=orphans)
+    """``make_plan`` with each lineage's kernel chosen (running, store, materialized) and
+    each fork's source read (``engine.forks``)."""
+    from reconciler.engine.forks import fork_source
+
+    forks = {spec.name: fork_source(spec, observed) for spec, observed in items}
+    kernels = {spec.name: facts_for(spec, observed, identity, store, forks[spec.name])
+               for spec, observed in items}
+    return make_plan(items, identity, preflight=preflight, kernels=kernels, orphans=orphans,
+                     forks=forks)
 
 
 # ---------------------------------------------------------------- ouro kernel list|fetch|prune

@@ -55,6 +55,7 @@ __all__ = [
 Status = Literal["consistent", "findings", "unknown"]
 Outcome = Literal["completed", "stopped", "timeout", "refused", "failed"]
 STATUSES = ("consistent", "findings", "unknown")
+ANCESTRY = ("linked", "parent-not-present", "broken")
 
 DEFAULT_TIMEOUT = 600.0
 # Exactly what the child needs: PATH, HOME (libgit2 reads the user's git config, e.g.
@@ -96,6 +97,8 @@ class LineageReport:
     findings: tuple[Finding, ...] = ()
     exception_class: str | None = None
     resumed: int = 0  # generations a recorded clean verdict covered (0: all read)
+    # a fork's link to its parent: linked | parent-not-present | broken (None: no fork)
+    ancestry: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -107,6 +110,7 @@ class LineageReport:
             "findings_total": self.findings_total,
             "duration_ms": self.duration_ms,
             "resumed": self.resumed,
+            "ancestry": self.ancestry,
             "findings": [
                 {"code": f.code, "lineage": f.lineage, "generation": f.generation}
                 for f in self.findings
@@ -218,7 +222,18 @@ def _lineage(value: Any, expected: str, max_findings: int) -> LineageReport:
         duration_ms=_duration(value.get("duration_ms")),
         findings=findings,
         exception_class=_class_name(value.get("exception_class")) if status == "unknown" else None,
+        ancestry=_ancestry(value.get("ancestry"), findings),
     )
+
+
+def _ancestry(value: Any, findings: tuple[Finding, ...]) -> str | None:
+    """A fork's verdict; "broken" only with a fork finding to back it."""
+    if value is None:
+        return None
+    if value not in ANCESTRY or (value == "broken") != any(
+            finding.code.startswith("fork-") for finding in findings):
+        raise _Refused
+    return str(value)
 
 
 def _no_constants(constant: str) -> Any:
@@ -356,6 +371,7 @@ class AuditHandle:
     env: Mapping[str, str] | None = None
     record_dir: Path | None = None  # the verdict records (state.audit_record); None: none
     full: bool = False  # read everything, whatever a record says
+    parents: Mapping[str, LineagePaths] | None = None  # where forks' parents live, by name
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _launched: bool = field(default=False, init=False)
@@ -464,7 +480,7 @@ class AuditHandle:
         """Send the job, read the report up to the cap; None when it is larger."""
         assert self.max_report_bytes is not None
         job = encode_job(self._targets, max_findings=self.max_findings,
-                         record_dir=self.record_dir, full=self.full)
+                         record_dir=self.record_dir, full=self.full, parents=self.parents)
         if child.stdin is not None:
             try:
                 child.stdin.write(job)
@@ -562,21 +578,25 @@ def start_background_audit(
     timeout: float = DEFAULT_TIMEOUT,
     spawn: SpawnFn = spawn_child,
     record_dir: Path | None = None,
+    parents: Mapping[str, LineagePaths] | None = None,
 ) -> AuditHandle:
     """For apply: audit these lineages in a child now; ``.result(timeout)`` at the end,
     ``.stop()`` on interrupt. Never delays the caller. With ``record_dir``, each lineage's
     audit reads only what came after its last recorded clean verdict."""
-    return AuditHandle(items, timeout=timeout, spawn=spawn, record_dir=record_dir).start()
+    return AuditHandle(items, timeout=timeout, spawn=spawn, record_dir=record_dir,
+                       parents=parents).start()
 
 
 def verify(
     items: Sequence[AuditItem], *, timeout: float = DEFAULT_TIMEOUT, spawn: SpawnFn = spawn_child,
     record_dir: Path | None = None, full: bool = False,
+    parents: Mapping[str, LineagePaths] | None = None,
 ) -> VerifyReport:
     """Audit in a child and wait for the verdict (``ouro verify``); ``full`` reads every
-    object whatever the records say (and records the new verdicts)."""
+    object whatever the records say (and records the new verdicts); ``parents``: where
+    the forks' parents live, by name (their ancestry is checked)."""
     handle = AuditHandle(items, timeout=timeout, spawn=spawn, record_dir=record_dir,
-                         full=full).start()
+                         full=full, parents=parents).start()
     try:
         return handle.result(timeout + 30.0)
     except TimeoutError:

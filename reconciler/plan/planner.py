@@ -36,6 +36,7 @@ from reconciler.kernel.base.formats import INSTRUMENT_KEYS
 # shared with state and the kernel itself.
 from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
+from reconciler.plan.forks import ForkSourceLike, PlanReason, fork_json, fork_refusal
 from reconciler.plan.kernel_choice import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.probes import MeasurementWork, UntilStop, measurement_work, until_stop
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
@@ -172,7 +173,7 @@ class Change:
 class Refusal:
     """One reason apply would refuse a lineage, and the message naming its remedy."""
 
-    reason: Reason
+    reason: PlanReason
     message: str
 
 
@@ -180,7 +181,7 @@ class Refusal:
 class LineagePlan:
     name: str
     action: Action
-    reason: Reason | None
+    reason: PlanReason | None
     message: str
     observed_generations: int
     desired_generations: int
@@ -202,6 +203,7 @@ class LineagePlan:
     set_name: str | None = None  # the LineageSet it is a member of (None: a plain lineage)
     measure: MeasurementWork = field(default_factory=MeasurementWork)  # plan.probes
     until: UntilStop | None = None  # action "done": the spec.until condition that holds
+    fork: dict[str, Any] | None = None  # a fork to be born: its parent generation (plan.forks)
 
     @property
     def pending(self) -> bool:
@@ -394,7 +396,7 @@ _KERNEL_CHECKS: tuple[Reason, ...] = ("instrument-commit-drift", "fingerprint-dr
 
 def refusals(
     spec: PlanSpec, observed: ObservedState, me: Identity, provider_problem: str | None = None,
-    choice: KernelChoice | None = None,
+    choice: KernelChoice | None = None, fork: ForkSourceLike | None = None,
 ) -> tuple[Refusal, ...]:
     """Every reason apply would refuse this lineage for, in ``_REFUSAL_ORDER``. Pure.
 
@@ -402,7 +404,8 @@ def refusals(
     (with ``choice``: whether the pinned kernel can be had): the rest are facts
     about an existing lineage. ``provider_problem`` (what
     ``reconciler.state.preflight`` found wrong with the model's configuration, for
-    a lineage that has generations to run) comes last.
+    a lineage that has generations to run) comes last; before it, for a fork yet to be
+    born, why its ``fork`` source is none (``plan.forks``).
     """
     table = _REFUSAL_ORDER if observed.any_exists else _REFUSAL_ORDER[:1]
     found: list[Refusal] = []
@@ -419,6 +422,10 @@ def refusals(
             message = check(spec, observed, me)
         if message:
             found.append(Refusal(reason, message))
+    forked = fork_refusal(spec.name, fork) if fork is not None and not observed.any_exists \
+        else None
+    if forked is not None:
+        found.append(Refusal(*forked))
     if provider_problem:
         found.append(Refusal(
             "provider-config",
@@ -526,16 +533,33 @@ def _paused(spec: PlanSpec, observed: ObservedState, desired: int) -> str | None
             "apply starts none until it is false")
 
 
+def _born_from(spec: PlanSpec, observed: ObservedState,
+               fork: ForkSourceLike | None) -> dict[str, Any] | None:
+    """What the plan shows of a fork to be born (None: none)."""
+    if fork is None or observed.any_exists:
+        return None
+    return fork_json(fork, str(getattr(getattr(spec, "fork", None), "kernel", "running")))
+
+
+def _create_message(name: str, desired: int, fork: ForkSourceLike | None) -> str:
+    what = (f"forks it from gen {fork.generation} of {fork.parent}" if fork is not None
+            else "creates it")
+    return (f"lineage {name}: none of its places exist; apply {what} and runs "
+            f"{_generations(desired)}")
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
-                 kernel: KernelFactsLike | None = None) -> LineagePlan:
+                 kernel: KernelFactsLike | None = None,
+                 fork: ForkSourceLike | None = None) -> LineagePlan:
     """One lineage's action. Pure, but for ``preflight``.
 
     ``preflight`` (``reconciler.state.preflight.provider_problem``) says why the model
     could not be served here; it is asked only when generations would run. Without
     it the model's configuration is not checked (pure planning, in tests). ``kernel``
     (``state.kernel_store.lineage_facts``): the lineage's kernel is chosen by
-    ``plan.kernel_choice.choose``; without it only this ouro's own kernel may run it.
+    ``plan.kernel_choice.choose``; without it only this ouro's own kernel may run it. ``fork``
+    (``state.forks.read_source``): the parent generation a fork yet to be born starts from.
     """
     name = spec.name
     desired = desired_generations(spec)
@@ -551,8 +575,9 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)
     choice = choose(name, kernel) if kernel is not None else None
+    born_from = _born_from(spec, observed, fork)
 
-    def result(action: Action, message: str, *, reason: Reason | None = None,
+    def result(action: Action, message: str, *, reason: PlanReason | None = None,
                missing: int = 0) -> LineagePlan:
         return LineagePlan(
             name=name, action=action, reason=reason, message=message,
@@ -563,26 +588,21 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             interrupted=observed.interrupted.kind if observed.interrupted else None,
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
-            labels=labels, running=running, kernel=choice,
+            labels=labels, running=running, kernel=choice, fork=born_from,
             measure=MeasurementWork() if action == "refuse" else measurement_work(
                 getattr(spec, "probes", ()), have + missing,
                 getattr(observed, "probe_coverage", {})),
         )
 
     problem = preflight(model) if preflight is not None and _to_run(desired, observed) else None
-    found = refusals(spec, observed, instrument, problem, choice)
+    found = refusals(spec, observed, instrument, problem, choice, fork)
     if found:
         return dataclasses.replace(result("refuse", found[0].message, reason=found[0].reason),
                                    refusals=found)
     if (paused := _paused(spec, observed, desired)) is not None:
         return result("suspended", paused)
     if not observed.any_exists:
-        return result(
-            "create",
-            f"lineage {name}: none of its places exist; apply creates it and runs "
-            f"{_generations(desired)}",
-            missing=desired,
-        )
+        return result("create", _create_message(name, desired, fork), missing=desired)
     if observed.interrupted is not None:
         after = have + (1 if observed.interrupted.kind == "roll-forward" else 0)
         missing = max(0, desired - after)
@@ -611,12 +631,15 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
 def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Identity, *,
               preflight: Preflight | None = None,
               kernels: Mapping[str, KernelFactsLike | None] | None = None,
-              orphans: Sequence[Orphan] = ()) -> Plan:
-    """Every lineage's plan; ``kernels`` maps lineage names to their kernel facts;
-    ``orphans`` (``find_orphans``) are shown beside their sets, never acted on."""
-    known = kernels or {}
+              orphans: Sequence[Orphan] = (),
+              forks: Mapping[str, ForkSourceLike | None] | None = None) -> Plan:
+    """Every lineage's plan; ``kernels`` maps lineage names to their kernel facts, ``forks``
+    to the sources of forks yet to be born; ``orphans`` (``find_orphans``) are shown beside
+    their sets, never acted on."""
+    known, sources = kernels or {}, forks or {}
     lineages = tuple(_member(plan_lineage(spec, observed, instrument, preflight=preflight,
-                                          kernel=known.get(spec.name)), spec)
+                                          kernel=known.get(spec.name),
+                                          fork=sources.get(spec.name)), spec)
                      for spec, observed in items)
     counts: dict[str, int] = {
         action: sum(1 for item in lineages if item.action == action) for action in ACTIONS

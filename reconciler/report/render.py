@@ -129,6 +129,10 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
                 lines.append((f"      {refusal.reason}: {refusal.message}", None))
         elif item.action in ("refuse", "recover", "ahead", "done", "suspended"):
             lines.append((f"      {item.message}", None))
+        if item.fork is not None and item.action == "create":
+            lines.append((f"      from: gen {item.fork['generation']} of "
+                          f"{item.fork['parent']} (commit {str(item.fork['commit'])[:12]}), "
+                          f"{item.fork['kernel']} kernel", "cyan"))
         if _shows_kernel(plan, item):
             assert item.kernel is not None
             lines.append((f"      kernel: {item.kernel.message}", "cyan"))
@@ -204,6 +208,8 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "kernel": item.kernel.as_json() if item.kernel is not None else None,
         # probes' measurement work: (generation, probe) pairs without a record
         "measure": item.measure.as_json(),
+        # a fork to be born: its parent, generation, commit and kernel (null otherwise)
+        "fork": item.fork,
         # action "done": the spec.until condition that holds (code: target-reached | plateau)
         "until": None if item.until is None else {"code": item.until.code,
                                                    "generation": item.until.generation,

@@ -30,7 +30,7 @@ def _lineage_lines(lineage: LineageReport, outcome: str) -> list[str]:
             fresh = lineage.generations - lineage.resumed
             counts += (f"; {_plural(fresh, 'new generation')} read, the earlier "
                        f"{lineage.resumed} as the last clean audit left them (--full reads all)")
-        return [f"{lineage.lineage}: consistent ({counts})"]
+        return [f"{lineage.lineage}: consistent ({counts})", *_ancestry_lines(lineage)]
     if lineage.status == "unknown":
         why = _WHY_UNKNOWN.get(outcome, "its history could not be read")
         detail = f" ({lineage.exception_class})" if lineage.exception_class else ""
@@ -42,7 +42,20 @@ def _lineage_lines(lineage: LineageReport, outcome: str) -> list[str]:
     hidden = lineage.findings_total - len(lineage.findings)
     if hidden > 0:
         lines.append(f"  ... and {hidden} more")
-    return lines
+    return lines + _ancestry_lines(lineage)
+
+
+_ANCESTRY = {
+    "linked": "ancestry: the parent's generation is the recorded commit, and its tree is "
+              "this fork's seed",
+    "parent-not-present": "ancestry: parent not present (the link is not checked; name the "
+                          "parent's spec, or keep it in the state dir)",
+    "broken": "ancestry: broken (the findings above)",
+}
+
+
+def _ancestry_lines(lineage: LineageReport) -> list[str]:
+    return [f"  {_ANCESTRY[lineage.ancestry]}"] if lineage.ancestry in _ANCESTRY else []
 
 
 def verify_text(report: VerifyReport) -> str:

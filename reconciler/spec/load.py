@@ -14,6 +14,7 @@ constructed to plain Python values for the models in ``reconciler.spec``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import importlib.util
@@ -39,6 +40,7 @@ from reconciler.spec import (
     API_VERSION,
     KIND,
     SET_KIND,
+    ForkSpec,
     LineageSetSpec,
     LineageSpec,
     places,
@@ -54,6 +56,7 @@ __all__ = [
     "MAX_FLOW_DEPTH",
     "SPEC_SUFFIXES",
     "LoadedSpec",
+    "ParentPlaces",
     "default_places",
     "load_specs",
     "state_dir",
@@ -73,6 +76,23 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 @dataclass(frozen=True)
+class ParentPlaces:
+    """Where a fork's parent lives, as a spec's lineage does (``state.branches.spec_paths``
+    reads it): the places, and the branches its spec names (None: the ones it records)."""
+
+    places: LineagePaths
+    declared_branch: str | None = None
+    declared_observation_branch: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.places.name
+
+    def paths(self) -> LineagePaths:
+        return self.places
+
+
+@dataclass(frozen=True)
 class LoadedSpec:
     """One validated lineage spec, with every storage path absolute and defaults filled."""
 
@@ -89,6 +109,13 @@ class LoadedSpec:
     probes: tuple[ResolvedProbe, ...] = ()
     set_name: str | None = None  # the LineageSet this lineage is a member of
     member: sets.Membership | None = None  # where in its set (cell, replica, matrix values)
+    # spec.from's parent: a spec of this run, else <state dir>/NAME (None: not a fork)
+    fork_parent: ParentPlaces | None = None
+
+    @property
+    def fork(self) -> ForkSpec | None:
+        """``spec.from`` (None: not a fork)."""
+        return self.spec.spec.from_
 
     @property
     def labels(self) -> dict[str, str]:
@@ -907,6 +934,64 @@ def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
                     f"spec.storage.{field}", _member_of(document) + problem))
 
 
+def _fork_problem(spec: LoadedSpec, by_name: dict[str, LoadedSpec]) -> tuple[str, str] | None:
+    """What is wrong with a fork's ``spec.from`` that no plan can change: (field, message)."""
+    fork = spec.fork
+    if fork is None:
+        return None
+    if fork.lineage == spec.name:
+        return "lineage", "a lineage cannot fork itself: name another lineage"
+    if fork.kernel == "parent" and spec.instrument_pin:
+        return "kernel", ("kernel: parent births the fork under the parent's kernel, and "
+                          "spec.instrument.commit pins another: keep one of the two")
+    seen, parent = {spec.name}, by_name.get(fork.lineage)
+    while parent is not None and parent.fork is not None:  # a cycle is never born
+        if parent.name in seen or parent.fork.lineage in seen:
+            return "lineage", (f"forks in a circle ({spec.name} -> {fork.lineage} -> ... -> "
+                               f"{spec.name}): one of them must start from a lineage that "
+                               "is not a fork of the others")
+        seen.add(parent.name)
+        parent = by_name.get(parent.fork.lineage)
+    return None
+
+
+def _with_parents(documents: list[_Document], loaded: list[LoadedSpec],
+                  problems: list[Problem], state_dir: Path | None) -> list[LoadedSpec]:
+    """Each fork with its parent's places: the run's spec of that name, else the state
+    dir's default places of that name (branches as the lineage records them)."""
+    by_name = {spec.name: spec for spec in loaded}
+    result: list[LoadedSpec] = []
+    for document, spec in zip(documents, loaded, strict=True):
+        fork = spec.fork
+        if fork is None:
+            result.append(spec)
+            continue
+        found = _fork_problem(spec, by_name)
+        if found is not None:
+            problems.append(_problem(
+                document.source.shown,
+                *_locate(document.node, ("spec", "from", found[0]), key=False),
+                f"spec.from.{found[0]}", _member_of(document) + found[1]))
+        sibling = by_name.get(fork.lineage)
+        if sibling is not None:
+            parent = ParentPlaces(sibling.paths(), sibling.declared_branch,
+                                  sibling.declared_observation_branch)
+        else:
+            home = _state_dir_or_none(state_dir)
+            if home is None:
+                problems.append(_problem(
+                    document.source.shown,
+                    *_locate(document.node, ("spec", "from", "lineage"), key=False),
+                    "spec.from.lineage", _member_of(document) + "the parent is not a spec "
+                    "of this run and the state dir cannot be found: name the parent's spec "
+                    "too, or set --state-dir or OURO_STATE_DIR"))
+                result.append(spec)
+                continue
+            parent = ParentPlaces(default_places(home / fork.lineage, fork.lineage))
+        result.append(dataclasses.replace(spec, fork_parent=parent))
+    return result
+
+
 def _places(spec: LoadedSpec) -> tuple[Path, Path, Path]:
     paths = spec.paths()
     return paths.worktree, paths.git_dir, paths.observations
@@ -948,6 +1033,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
         documents = [d for d in documents if d.spec.spec.storage.path is not None]
     _check_unique(documents, loaded, problems)
     _check_places(documents, loaded, problems, default_dir or _state_dir_or_none(state_dir))
+    loaded = _with_parents(documents, loaded, problems, state_dir)
     if problems:
         files = dict.fromkeys([*(s.shown for s in sources), *(p.file for p in problems)])
         order = {shown: rank for rank, shown in enumerate(files)}

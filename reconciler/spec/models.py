@@ -27,9 +27,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -48,6 +50,7 @@ __all__ = [
     "SET_KIND",
     "CeilingsSpec",
     "ExecutorSpec",
+    "ForkSpec",
     "InstrumentSpec",
     "LineageBody",
     "LineageSetBody",
@@ -719,6 +722,30 @@ class InstrumentSpec(_Strict):
         return lowered
 
 
+class ForkSpec(_Strict):
+    """``spec.from``: the lineage is born as a fork of another lineage's generation."""
+
+    lineage: str = Field(
+        description="the parent lineage's name (a spec of this run, else <state dir>/NAME)",
+        json_schema_extra={"pattern": _DNS_LABEL.pattern},
+    )
+    generation: int = Field(
+        ge=1, le=MAX_GENERATIONS,
+        description="the parent's generation whose committed tree is the seed (not a death)")
+    kernel: Literal["running", "parent"] = Field(
+        default="running",
+        description="running: born under this ouro's kernel (new physics); parent: under "
+        "the parent's pinned kernel (a replay with identical physics)")
+
+    @field_validator("lineage")
+    @classmethod
+    def _parent_name(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a lineage name (1-63 lowercase letters, "
+                             "digits and '-'): name the parent lineage, e.g. scribe")
+        return value
+
+
 class LineageBody(_Strict):
     generations: int = Field(
         ge=0, le=MAX_GENERATIONS, description="the desired TOTAL number of generations"
@@ -727,6 +754,9 @@ class LineageBody(_Strict):
     ceilings: CeilingsSpec = Field(default_factory=CeilingsSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     instrument: InstrumentSpec = Field(default_factory=InstrumentSpec)
+    from_: ForkSpec | None = Field(
+        default=None, alias="from",
+        description="fork: born from another lineage's generation (docs/spec.md, Forks)")
     executor: ExecutorSpec = Field(
         default_factory=ExecutorSpec, description="where apply runs the generations (not physics)"
     )
@@ -741,6 +771,16 @@ class LineageBody(_Strict):
         default=False,
         description="pause the lineage: no generation starts (running ones finish); "
         "plan shows it suspended (not physics)")
+
+    @model_serializer(mode="wrap")
+    def _without_no_fork(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A lineage that is no fork dumps as before ``from`` existed: its spec digest (the
+        canonical dump's sha256, in saved plans and every observation) stays the same."""
+        dumped: dict[str, Any] = handler(self)
+        if self.from_ is None:
+            dumped.pop("from", None)
+            dumped.pop("from_", None)
+        return dumped
 
     @field_validator("probes")
     @classmethod

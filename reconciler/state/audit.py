@@ -65,6 +65,7 @@ from reconciler.state.audit_objects import (
     unreadable_reachable,
     unreadable_since,
 )
+from reconciler.state.forks import check_ancestry
 from reconciler.state.probes import check_records
 
 __all__ = [
@@ -117,6 +118,9 @@ CODES: Mapping[str, str] = {
     "probe-record-commit": "a probe record names another commit than its generation's",
     "probe-record-digest": "a probe record's digest is not its probe's (argv, files, ceilings)",
     "probe-record-invalid": "a probe record is not a JSON object",
+    "fork-parent-commit": "a fork's recorded commit is not that generation of its parent",
+    "fork-seed-mismatch": "a fork's seed is not its parent's generation tree (docs/contract.md)",
+    "fork-record-disagrees": "a fork's two metadata files record different ancestries",
     "object-unreadable": "an object reachable from a branch is missing or corrupt (git fsck "
                          "names it): restore it from a clone or a backup",
 }
@@ -158,6 +162,8 @@ class LineageAudit:
     lineage_head: str | None = None  # the heads this audit checked (None: unknown)
     observation_head: str | None = None
     observation_commits: int = 0
+    # a fork's link to its parent (state.forks): linked | parent-not-present | broken
+    ancestry: str | None = None
 
 
 @dataclass(frozen=True)
@@ -449,6 +455,24 @@ class _Audit:
 
     def find(self, code: str, generation: int | None = None) -> None:
         self.findings.append(Finding(code, self.name, generation))
+
+    def ancestry(self, places: Callable[[str], LineagePaths | None] | None) -> str | None:
+        """A fork's link to its parent, checked on every audit (never resumed: it reads
+        the parent, which no record of this lineage covers); None: not a fork."""
+        try:
+            found = check_ancestry(self.paths, places or (lambda name: None))
+        except Exception:  # a parent that does not read is not judged (unknown: no guilt)
+            return None
+        if found is None:
+            return None
+        for code in found.findings:
+            if code == "fork-parent-commit":
+                self.find("fork-parent-commit")
+            elif code == "fork-seed-mismatch":
+                self.find("fork-seed-mismatch")
+            else:
+                self.find("fork-record-disagrees")
+        return found.verdict
 
     # -- lineage repository -------------------------------------------------
 
@@ -847,9 +871,11 @@ IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
 def audit_lineage(paths: LineagePaths, name: str | None = None,
-                  since: Resume | None = None) -> LineageAudit:
+                  since: Resume | None = None,
+                  parents: Callable[[str], LineagePaths | None] | None = None) -> LineageAudit:
     """Audit one lineage's history: all of it, or what came after ``since`` when today's
-    histories continue it (else all of it). Never raises: unreadable -> ``unknown``."""
+    histories continue it (else all of it). Never raises: unreadable -> ``unknown``.
+    ``parents(name)``: where a fork's parent of that name lives (its link is checked)."""
     lineage = name if name is not None else paths.label
     started = time.monotonic()
     audit = _Audit(lineage, paths, since=since)
@@ -859,6 +885,7 @@ def audit_lineage(paths: LineagePaths, name: str | None = None,
         except _NotResumable:
             audit = _Audit(lineage, paths)
             _run(audit)
+        ancestry = audit.ancestry(parents)
     except Exception as error:  # unknown is not guilty: no partial accusation survives
         damage = tuple(f for f in audit.findings if f.code == "object-unreadable")
         if damage:  # ... but an unreadable object is no guess: the history is damaged
@@ -881,6 +908,7 @@ def audit_lineage(paths: LineagePaths, name: str | None = None,
         lineage_head=audit.lineage_head,
         observation_head=audit.observation_head,
         observation_commits=audit.observation_commits,
+        ancestry=ancestry,
     )
 
 

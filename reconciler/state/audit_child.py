@@ -18,7 +18,8 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,21 +45,38 @@ class Job:
     max_findings: int
     record_dir: Path | None = None  # where verdicts are recorded (None: audit in full)
     full: bool = False  # ignore the records (still write the new verdicts)
+    # where fork parents live, by name (the job's "parents"; state.forks.check_ancestry)
+    parents: dict[str, LineagePaths] = field(default_factory=dict)
+
+
+def _entry(name: str, paths: LineagePaths) -> dict[str, str]:
+    return {"name": name, **{key: str(getattr(paths, key)) for key in _PATH_KEYS},
+            **{key: getattr(paths, key) for key in _BRANCH_KEYS}}
+
+
+def _paths(entry: Any) -> LineagePaths:
+    keys = ("name", *_PATH_KEYS, *_BRANCH_KEYS)
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in keys):
+        raise JobInvalid("job: lineage entry")
+    return LineagePaths(
+        worktree=Path(entry["worktree"]),
+        git_dir=Path(entry["git_dir"]),
+        observations=Path(entry["observations"]),
+        branch=entry["branch"],
+        observation_branch=entry["observation_branch"],
+        name=entry["name"],
+    )
 
 
 def encode_job(items: list[tuple[str, LineagePaths]], *, max_findings: int,
-               record_dir: Path | None = None, full: bool = False) -> bytes:
-    """The job the supervisor writes to the child's stdin."""
-    lineages = [
-        {
-            "name": name,
-            **{key: str(getattr(paths, key)) for key in _PATH_KEYS},
-            **{key: getattr(paths, key) for key in _BRANCH_KEYS},
-        }
-        for name, paths in items
-    ]
-    job = {"schema": JOB_SCHEMA, "max_findings": max_findings, "lineages": lineages,
-           "record_dir": None if record_dir is None else str(record_dir), "full": full}
+               record_dir: Path | None = None, full: bool = False,
+               parents: Mapping[str, LineagePaths] | None = None) -> bytes:
+    """The job the supervisor writes to the child's stdin (``parents``: where the forks'
+    parents live, by name; optional, so an older job still reads)."""
+    job = {"schema": JOB_SCHEMA, "max_findings": max_findings,
+           "lineages": [_entry(name, paths) for name, paths in items],
+           "record_dir": None if record_dir is None else str(record_dir), "full": full,
+           "parents": [_entry(name, paths) for name, paths in (parents or {}).items()]}
     return json.dumps(job, ensure_ascii=False).encode("utf-8")
 
 
@@ -80,27 +98,21 @@ def decode_job(data: bytes) -> Job:
         raise JobInvalid("job: record_dir")
     if not isinstance(full, bool):
         raise JobInvalid("job: full")
-    items: list[tuple[str, LineagePaths]] = []
-    for entry in lineages:
-        keys = ("name", *_PATH_KEYS, *_BRANCH_KEYS)
-        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in keys):
-            raise JobInvalid("job: lineage entry")
-        paths = LineagePaths(
-            worktree=Path(entry["worktree"]),
-            git_dir=Path(entry["git_dir"]),
-            observations=Path(entry["observations"]),
-            branch=entry["branch"],
-            observation_branch=entry["observation_branch"],
-            name=entry["name"],
-        )
-        items.append((entry["name"], paths))
-    return Job(items, max_findings, None if record_dir is None else Path(record_dir), full)
+    items = [(paths.name, paths) for paths in map(_paths, lineages)]
+    parents = job.get("parents", [])
+    if not isinstance(parents, list):
+        raise JobInvalid("job: parents")
+    return Job(items, max_findings, None if record_dir is None else Path(record_dir), full,
+               {paths.name: paths for paths in map(_paths, parents)})
 
 
 def audit_one(job: Job, name: str, paths: LineagePaths) -> LineageAudit:
+    """One lineage's audit (a fork's link to its parent included: the job's lineages and
+    ``parents`` are where a parent is looked for, by name)."""
+    known = {**dict(job.items), **job.parents}
     if job.record_dir is None:
-        return audit_lineage(paths, name)
-    return audit_recorded(paths, name, job.record_dir, full=job.full)
+        return audit_lineage(paths, name, parents=known.get)
+    return audit_recorded(paths, name, job.record_dir, full=job.full, parents=known.get)
 
 
 def lineage_record(audit: LineageAudit, max_findings: int) -> dict[str, Any]:
@@ -117,6 +129,7 @@ def lineage_record(audit: LineageAudit, max_findings: int) -> dict[str, Any]:
             {"code": f.code, "lineage": f.lineage, "generation": f.generation}
             for f in audit.findings[:max_findings]
         ],
+        "ancestry": audit.ancestry,
     }
     if audit.exception_class is not None and IDENTIFIER.match(audit.exception_class):
         record["exception_class"] = audit.exception_class
@@ -139,7 +152,8 @@ def run(stdin: BinaryIO) -> dict[str, Any]:
         if len(data) > MAX_JOB_BYTES:
             raise JobInvalid("job: too large")
         job = decode_job(data)
-        lineages = [lineage_record(audit_one(job, n, p), job.max_findings) for n, p in job.items]
+        lineages = [lineage_record(audit_one(job, n, p), job.max_findings)
+                    for n, p in job.items]
         report["status"] = overall_status([record["status"] for record in lineages])
         report["lineages"] = lineages
     except Exception as error:  # the report is the only output: never a traceback

@@ -35,7 +35,7 @@ import json
 import os
 import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,14 +297,15 @@ def _discard(record_dir: Path, paths: LineagePaths) -> None:
 
 
 def audit_recorded(paths: LineagePaths, name: str | None, record_dir: Path, *,
-                   full: bool = False) -> LineageAudit:
+                   full: bool = False,
+                   parents: Callable[[str], LineagePaths | None] | None = None) -> LineageAudit:
     """Audit the lineage, resuming from its record when the record still holds (never with
     ``full``); record a consistent verdict, forget any other. Never raises."""
     before = snapshot(paths)  # taken first: a file changed after its read must not be vouched
     record = None if full or before is None else load(record_dir, paths)
     since = record.resume if record is not None and before is not None \
         and before.vouches(record.snapshot, paths) else None
-    result = audit_lineage(paths, name, since=since)
+    result = audit_lineage(paths, name, since=since, parents=parents)
     after = snapshot(paths)
     if (result.status == "consistent" and before is not None and after is not None
             and after.covers(before) and result.lineage_head and result.observation_head):

@@ -62,8 +62,8 @@ EXPECTED: dict[str, list[str]] = {
     "typo.yaml": [
         "6:3: spec.generations: required, but missing",
         "6:3: spec.generatons: unknown field; did you mean 'generations'? "
-        "(allowed here: generations, model, ceilings, storage, instrument, executor, probes, "
-        "until)",
+        "(allowed here: generations, model, ceilings, storage, instrument, from, executor, "
+        "probes, until)",
         "10:5: spec.ceilings.memroy: unknown field; did you mean 'memory'? (allowed here: wall, "
         "cpu, memory, swap, tasks, worktree, worktree_files, tmp, run, enforcement, "
         "model_requests, model_audit)",

@@ -13,9 +13,9 @@ from reconciler.spec import files, load, prices, units
 PUBLIC = {
     files: ["FileRefused", "read_limited"],
     load: ["MAX_ALIAS_NODES", "MAX_FILE_BYTES", "MAX_FLOW_DEPTH", "SPEC_SUFFIXES", "LoadedSpec",
-           "default_places", "load_specs", "state_dir"],
+           "ParentPlaces", "default_places", "load_specs", "state_dir"],
     spec: ["API_VERSION", "DEFAULT_API_KEY_ENV", "KIND", "MAX_REPLICAS", "PAID_PROVIDERS",
-           "SET_KIND", "CeilingsSpec", "LineageSetBody", "LineageSetSpec",
+           "SET_KIND", "CeilingsSpec", "ForkSpec", "LineageSetBody", "LineageSetSpec",
            "InstrumentSpec", "LineageBody", "LineageSpec", "Metadata", "ModelSpec", "PriceSpec",
            "StorageSpec", "branch_name_problem", "json_schema"],
     units: ["DURATION_PATTERN", "MONEY_PATTERN", "POSITIVE_DURATION_PATTERN",
@@ -41,7 +41,7 @@ def test_the_contract_signatures() -> None:
     )
     fields = [f for f in load.LoadedSpec.__dataclass_fields__]
     assert fields == ["spec", "file", "document_index", "line", "sha256", "declared_branch",
-                      "declared_observation_branch", "probes", "set_name"]
+                      "declared_observation_branch", "probes", "set_name", "fork_parent"]
     for name in ("paths", "model", "ceilings"):
         assert callable(getattr(load.LoadedSpec, name))
     assert isinstance(load.LoadedSpec.name, property)

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from reconciler.engine.apply import Engine, Limits, LineageResult
 from reconciler.engine.events import EVENTS_FILE, EventLog
+from reconciler.engine.forks import fork_source
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel.base.config import Identity
 from reconciler.kernel.base.refusals import Reason
@@ -163,8 +164,10 @@ def run_request(
     )
     try:
         observed = observe(spec_paths(spec))
-        planned = plan_lineage(spec, observed, wanted,
-                               kernel=facts_for(spec, observed, wanted, engine.kernel_store()))
+        fork = fork_source(spec, observed)
+        planned = plan_lineage(spec, observed, wanted, fork=fork,
+                               kernel=facts_for(spec, observed, wanted, engine.kernel_store(),
+                                                fork))
     except OuroError as error:
         result = LineageResult(request.name, "refuse")
         result.errors.append(str(error))

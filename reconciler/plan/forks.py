@@ -1,0 +1,72 @@
+"""A fork's source at plan time: refused when it is no generation to start from. Pure.
+
+Rule: a fork (``spec.from``) that is yet to be born is refused when its parent cannot
+be read, has no such generation, or that generation is a death (its tree was never
+published); each refusal names its reason and what to do. Once born, a fork is an
+ordinary lineage: its ancestry is in its root metadata and the plan never reads its
+parent again.
+
+These reasons are the control plane's own: the kernel's list (``kernel.base.refusals``)
+is physics release 2's and cannot grow until release 3 (a request in the session's
+REQUESTS.md); ``PLAN_REASONS`` is that list with these after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, get_args
+
+from reconciler.kernel.base.refusals import REASONS, Reason
+
+__all__ = ["FORK_REASONS", "PLAN_REASONS", "ForkReason", "ForkSourceLike", "PlanReason",
+           "fork_json", "fork_refusal"]
+
+ForkReason = Literal["fork-unreadable", "fork-no-generation", "fork-death"]
+FORK_REASONS: tuple[ForkReason, ...] = get_args(ForkReason)
+PlanReason = Reason | ForkReason
+PLAN_REASONS: tuple[PlanReason, ...] = (*REASONS, *FORK_REASONS)
+
+_REMEDIES: dict[str, str] = {
+    "fork-unreadable": (
+        "name the parent's spec in this run (or put it at <state dir>/{parent}), or run "
+        "`ouro verify` on it"),
+    "fork-no-generation": (
+        "fork from a generation it has (spec.from.generation), or apply the parent first "
+        "and plan again"),
+    "fork-death": (
+        "fork from the generation before the death, or another one that published"),
+}
+
+
+class ForkSourceLike(Protocol):
+    """``reconciler.state.forks.ForkSource``."""
+
+    @property
+    def parent(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def problem(self) -> ForkReason | None: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def root(self) -> str | None: ...
+    @property
+    def commit(self) -> str | None: ...
+    @property
+    def kernel(self) -> dict[str, Any]: ...
+
+
+def fork_refusal(name: str, source: ForkSourceLike) -> tuple[ForkReason, str] | None:
+    """Why lineage ``name`` cannot be born from ``source`` (None: it can)."""
+    if source.problem is None:
+        return None
+    return source.problem, (
+        f"lineage {name}: cannot fork from gen {source.generation} of {source.parent}: "
+        f"{source.detail}: " + _REMEDIES[source.problem].format(parent=source.parent))
+
+
+def fork_json(source: ForkSourceLike, kernel: str) -> dict[str, Any]:
+    """What a plan shows of a fork to be born."""
+    return {"parent": source.parent, "generation": source.generation,
+            "parent_root": source.root, "commit": source.commit, "kernel": kernel,
+            "parent_kernel": source.kernel.get("commit")}
