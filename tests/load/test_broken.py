@@ -63,7 +63,7 @@ EXPECTED: dict[str, list[str]] = {
         "6:3: spec.generations: required, but missing",
         "6:3: spec.generatons: unknown field; did you mean 'generations'? "
         "(allowed here: generations, model, ceilings, storage, instrument, from, executor, "
-        "probes, until)",
+        "probes, until, suspend)",
         "10:5: spec.ceilings.memroy: unknown field; did you mean 'memory'? (allowed here: wall, "
         "cpu, memory, swap, tasks, worktree, worktree_files, tmp, run, enforcement, "
         "model_requests, model_audit)",

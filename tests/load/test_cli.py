@@ -48,7 +48,7 @@ def test_validate_bad_exits_1_with_problems_on_stderr(tmp_path: Path) -> None:
     assert result.stderr == (
         f"{path}:4:24: spec.generatons: unknown field; did you mean 'generations'? "
         "(allowed here: generations, model, ceilings, storage, instrument, from, executor, "
-        "probes, until)\n"
+        "probes, until, suspend)\n"
         "ouro validate: 1 problem in 1 file\n"
     )
 
