@@ -85,3 +85,17 @@ def test_the_fleet_page_offers_every_metric_and_overlays_the_chosen_one(
     assert b'id="lineage-0"' in both
     # a metric no lineage measured is not chosen: the first one is
     assert client.get("/?metric=probe.x.y").text.count(" selected>") == 1
+
+
+def test_a_new_probe_record_reloads_the_pages(tmp_path: Path) -> None:
+    """The heads a page reloads on include the probe records' branch: a back-fill shows."""
+    grown = LineageBuilder(tmp_path, "grown")
+    grown.gen("changed")
+    grown.gen("changed")
+    source = FleetSource(lambda: {"grown": Shown(grown.paths, 2)}, fixed=True)
+    client = TestClient(create_app(source, TOKEN), base_url="http://127.0.0.1")
+    before = client.get(f"/api/heads?token={TOKEN}").json()
+    assert "probe.p.n" not in client.get("/lineage/grown").text
+    _forge(grown, "p", "c" * 64, {1: {"n": 1}})
+    assert client.get("/api/heads").json() != before
+    assert "probe.p.n" in client.get("/lineage/grown").text  # not the page kept before
