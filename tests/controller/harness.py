@@ -130,3 +130,49 @@ def events(state: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Hook:
+    """A loopback webhook: records each POST's JSON; answers ``status`` after ``delay``."""
+
+    def __init__(self, status: int = 200, delay: float = 0.0) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.received: list[dict[str, Any]] = []
+        self.attempts = 0
+        self.answered = 0
+        self.paths: set[str] = set()
+        self.authorization: set[str] = set()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                hook.attempts += 1
+                hook.paths.add(self.path)
+                hook.authorization.add(self.headers.get("authorization", ""))
+                if delay:
+                    time.sleep(delay)
+                if status < 300:
+                    hook.received.append(json.loads(body))
+                self.send_response(status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                hook.answered += 1
+
+            def log_message(self, *args: Any) -> None:
+                del args
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def events(self) -> list[str]:
+        return [str(item.get("event")) for item in self.received]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

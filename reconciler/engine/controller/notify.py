@@ -10,7 +10,7 @@ hooks show it), ``event``, ``at`` and the event's own fields. The webhook's URL 
 environment variables (``$VAR`` or ``${VAR}``, e.g. a token in the URL), and
 ``OURO_NOTIFY_AUTHORIZATION``, when set, is sent as the ``Authorization`` header:
 secrets come from the environment, never from specs. The command is run with the event
-on its stdin (``sh -c``; a nonzero exit is a failed delivery, retried).
+on its stdin, one line (``sh -c``; a nonzero exit is a failed delivery, retried).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Notifier:
 
     def _run(self, body: bytes) -> None:
         try:
-            done = subprocess.run(["sh", "-c", self.settings.command or ""], input=body,
+            done = subprocess.run(["sh", "-c", self.settings.command or ""], input=body + b"\n",
                                   capture_output=True, timeout=_COMMAND_TIMEOUT, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
             raise DeliveryError(f"command: {type(error).__name__}") from error

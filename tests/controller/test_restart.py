@@ -1,0 +1,71 @@
+"""Killed and restarted, the controller resumes from the repositories alone; a second
+controller on the same state dir refuses, naming the first."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.apply.helpers import assert_invariant, ouro_argv, run_ouro
+from tests.controller.harness import Running, SpecRepo, events, spec_text
+from tests.observe.builder import lineage_paths
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
+
+
+def _started(state: Path, number: int) -> bool:
+    return any(e["event"] == "generation-started" and e.get("generation") == number
+               for e in events(state))
+
+
+def test_sigkill_mid_generation_then_restart_loses_nothing_and_runs_nothing_twice(
+        spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
+    spec_repo.commit("alpha", {"alpha.yaml": spec_text("alpha", 3)})
+    first = Running(spec_repo.bare, state, env=env)
+    first.wait(lambda: _started(state, 2), "generation 2 started")
+    time.sleep(0.5)  # inside the generation
+    first.kill()
+    shutil.rmtree(state / ".controller")  # the cache is deletable: the repositories suffice
+    second = Running(spec_repo.bare, state, env=env)
+    try:
+        second.wait(lambda: second.lineage("alpha").get("generations") == 3
+                    and second.condition("alpha", "Ready").get("status") == "True",
+                    "alpha finished after the restart")
+    finally:
+        assert second.stop() == 0, second.output()
+    assert_invariant(lineage_paths(state, "alpha"), 3)
+    published = [e["generation"] for e in events(state)
+                 if e["event"] == "generation" and e["lineage"] == "alpha"]
+    assert sorted(published) == sorted(set(published))
+    assert set(published) <= {1, 2, 3}
+    # the killed generation was found and recovered (published nothing, or rolled forward)
+    assert any(e["event"] == "recovered" and e["lineage"] == "alpha" for e in events(state))
+    verify = run_ouro("verify", str(state / ".controller" / "cache" / "specs" / "specs"),
+                      env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_second_controller_refuses_naming_the_first(spec_repo: SpecRepo, state: Path,
+                                                     env: dict[str, str]) -> None:
+    import subprocess
+
+    spec_repo.commit("empty", {"alpha.yaml": spec_text("alpha", 0)})
+    first = Running(spec_repo.bare, state, env=env)
+    try:
+        first.wait(lambda: first.status().get("controller", {}).get("revision"), "started")
+        second = subprocess.run(
+            ouro_argv("controller", "--repo", str(spec_repo.bare), "--state-dir", str(state)),
+            env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert second.returncode == 1
+        assert "another controller runs on this state dir" in second.stderr
+        assert f"pid {first.process.pid} on " in second.stderr
+        assert "controller --repo" in second.stderr  # its command
+        status = run_ouro("status", "--state-dir", str(state), env=env)
+        assert "(running: pid" in status.stdout, status.stdout
+    finally:
+        assert first.stop() == 0, first.output()
+    status = run_ouro("status", "--state-dir", str(state), env=env)
+    assert "(not running: pid" in status.stdout, status.stdout
