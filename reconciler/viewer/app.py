@@ -37,6 +37,7 @@ from reconciler.plan.probes import UntilStop, until_stop
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.spec.models import ModelSpec
+from reconciler.spec.sets import Membership
 from reconciler.spec.probes import UntilSpec
 from reconciler.state import history
 from reconciler.state import probes as probe_records
@@ -44,7 +45,7 @@ from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
-from reconciler.viewer import pages, raw
+from reconciler.viewer import pages, raw, sets
 from reconciler.viewer.plots import (
     FLEET_PLOTS,
     PLOTS,
@@ -92,6 +93,7 @@ class Shown:
     model: ModelSpec | None = None
     until: Sequence[UntilSpec] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
+    member: Membership | None = None  # its place in its LineageSet (None: not in one)
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,63 @@ def _fleet_context(source: FleetSource, request: Request) -> dict[str, Any]:
     return {"lines": lines, "problem": source.problem,
             "controller": pages.controller_context(controller),
             "plots": pages.fleet_plots() if any(line.created for line in lines) else [],
-            **pages.fleet_probe_context(columns, request.query_params.get("metric"))}
+            **pages.fleet_probe_context(columns, request.query_params.get("metric")),
+            **_sets_context(source)}
+
+
+def _sets_context(source: FleetSource) -> dict[str, Any]:
+    """The fleet page's links to its sets' pages, and which lineages are orphans."""
+    members = {name: shown.member for name, shown in source.lineages().items()}
+    return {"sets": [{"name": name, "href": sets.set_href(name), **counts}
+                     for name, counts in sets.sets_of(members).items()],
+            "orphaned": {name for name, member in members.items()
+                         if member is not None and member.orphaned}}
+
+
+def _set_view(source: FleetSource, set_name: str, metric_name: str
+              ) -> tuple[sets.SetMetric, list[sets.CellView], list[str]] | None:
+    """The set's metric and cells (None: no such set, or no such metric for it)."""
+    found = [(name, shown, source.known(name, shown), shown.member)
+             for name, shown in source.lineages().items()
+             if shown.member is not None and shown.member.set_name == set_name]
+    if not found:
+        return None
+    columns = sorted({column for _n, _s, known, _m in found
+                      for column in known.probes.plottable()})
+    metric = sets.metric_of(metric_name, columns)
+    if metric is None:
+        return None
+    members = [sets.MemberView(name, pages.lineage_href(name), member,
+                               sets.member_values(metric.name, known.summary.rows,
+                                                  known.probes.values.get(metric.name, {})))
+               for name, _shown, known, member in found if member is not None]
+    return metric, sets.cells_of(members), columns
+
+
+def _set_page(source: FleetSource, page: Callable[[Request, str, dict[str, Any]], Response],
+              missing: Callable[[Request, str], Response], request: Request) -> Response:
+    name = str(request.path_params["name"])
+    view = _set_view(source, name, request.query_params.get("metric", "size"))
+    if view is None:
+        return missing(request, "no such set here, or no such metric for it (a set's page "
+                       "needs the set's spec: ouro view SPEC...)")
+    return page(request, "set.html", sets.set_context(name, *view))
+
+
+def _set_plot_image(source: FleetSource, request: Request) -> Response:
+    view = _set_view(source, str(request.path_params["name"]),
+                     str(request.path_params["metric"]))
+    if view is None:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    metric, cells, _columns = view
+    return _svg(sets.render_set_svg(metric, cells))
+
+
+def _set_routes(source: FleetSource, page: Callable[[Request, str, dict[str, Any]], Response],
+                missing: Callable[[Request, str], Response]) -> list[Route]:
+    """A set's page and its plot (``reconciler.viewer.sets``)."""
+    return [Route("/set/{name}", raw.heavy(partial(_set_page, source, page, missing))),
+            Route("/set-plot/{name}/{metric}.svg", raw.heavy(partial(_set_plot_image, source)))]
 
 
 def _diff_context(source: FleetSource, name: str, shown: Shown,
@@ -405,6 +463,7 @@ def create_app(source: FleetSource, token: str,
         Route("/lineage/{name}/diff", raw.heavy(diff_page)),
         *_plot_routes(source),
         Route("/api/heads", heads_api),
+        *_set_routes(source, page, missing),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(

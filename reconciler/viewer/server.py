@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from reconciler.engine.sets import grouped
 from reconciler.errors import OuroError
 from reconciler.report.words import plural
 from reconciler.spec.load import state_dir as resolve_state_dir
+from reconciler.spec.load import load_specs
 from reconciler.state.fleet import fleet, summary_cache_dir
 from reconciler.viewer.app import FleetSource, Shown, create_app, new_token
 from reconciler.viewer.guard import limit_logs, server_settings
@@ -29,6 +31,8 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
     def find() -> dict[str, Shown]:
+        if specs:
+            return _from_specs(specs, state_dir)
         return {item.name: Shown(item.paths, item.desired, item.model,
                                  tuple(item.spec.spec.spec.until) if item.spec else (),
                                  {probe.name: probe.digest for probe in item.spec.probes}
@@ -40,6 +44,22 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
     source.state_dir = resolve_state_dir(state_dir)  # `ouro controller`'s conditions, if any
     source.lineages()  # a bad spec is reported now, before anything is served
     return source
+
+
+def _from_specs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, Shown]:
+    """The specs' lineages, each set's members together cell by cell with its orphans
+    (``reconciler.engine.sets``: as status shows them), each with its place in its set."""
+    loaded = load_specs(specs, state_dir=state_dir)
+    found = {}
+    for item in grouped(loaded, loaded, state_dir):
+        spec = item.spec
+        body = spec.spec.spec if spec is not None else None
+        found[item.name] = Shown(
+            item.paths, body.generations if body else None, body.model if body else None,
+            tuple(body.until) if body else (),
+            {probe.name: probe.digest for probe in spec.probes} if spec else {},
+            member=item.member)
+    return found
 
 
 def spec_stamp(specs: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
