@@ -37,8 +37,8 @@ from reconciler.plan.probes import UntilStop, until_stop
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.spec.models import ModelSpec
-from reconciler.spec.sets import Membership
 from reconciler.spec.probes import UntilSpec
+from reconciler.spec.sets import Membership
 from reconciler.state import history
 from reconciler.state import probes as probe_records
 from reconciler.state.conditions import ControllerStatus, read_status

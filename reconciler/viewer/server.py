@@ -18,8 +18,8 @@ from typing import IO
 from reconciler.engine.sets import grouped
 from reconciler.errors import OuroError
 from reconciler.report.words import plural
-from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.spec.load import load_specs
+from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state.fleet import fleet, summary_cache_dir
 from reconciler.viewer.app import FleetSource, Shown, create_app, new_token
 from reconciler.viewer.guard import limit_logs, server_settings
