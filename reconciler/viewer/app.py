@@ -408,8 +408,7 @@ def create_app(source: FleetSource, token: str,
 
     def lineage(request: Request) -> tuple[str, Shown] | None:
         name = str(request.path_params["name"])
-        shown = source.lineages().get(name)
-        return (name, shown) if shown is not None else None
+        return (name, shown) if (shown := source.lineages().get(name)) is not None else None
 
     def fleet_page(request: Request) -> Response:
         return page(request, "fleet.html", _fleet_context(source, request))
