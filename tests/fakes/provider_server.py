@@ -136,7 +136,9 @@ OK_REPLIES: dict[str, Callable[..., Reply]] = {
 class FakeProvider:
     """A threaded loopback HTTP server; use as a context manager."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, backlog: int = 5) -> None:
+        """``backlog``: connections the listening socket queues (a fleet's hundreds of
+        brokers connect at once; the standard library's 5 would drop their SYNs)."""
         self.handler = handler
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
@@ -187,7 +189,8 @@ class FakeProvider:
                 except OSError:
                     pass  # the client gave up (a timeout test)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server = type("_Server", (ThreadingHTTPServer,), {"request_queue_size": backlog})
+        self.server = server(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
