@@ -60,6 +60,16 @@ from reconciler.state.observe import Observed, failed_streak, observe, replay_cu
 from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4
+# Descriptors: a running generation holds about ten in this process (pipes to its broker
+# and its life, the life's epoll, the seccomp filter's memfd, a socket, the lineage's lock;
+# bench/fleet_scale.py measured 10-13). The kernel (physics release 2) waits on its
+# broker's first line with select(2), which takes no descriptor numbered 1,024 or above
+# (FD_SETSIZE): past about 80 lineages at once, their generations failed with
+# "filedescriptor out of range in select()". Until the kernel polls there, apply runs
+# no more lineages at once than stay below it.
+SELECT_LIMIT = 1024
+FDS_PER_LINEAGE = 14
+FDS_RESERVED = 64  # the apply's own files, the audit child's pipes, the event log, margin
 
 
 @dataclass
@@ -178,6 +188,18 @@ def default_parallelism(specs: Sequence[LoadedSpec]) -> int:
     return max(1, min(len(specs), (cores * 100) // max(1, widest)))
 
 
+def lineages_at_once(parallel: int, open_now: int | None = None) -> int:
+    """``parallel``, lowered to what keeps every descriptor of this process below
+    ``SELECT_LIMIT`` (``open_now``: descriptors open now; read from /proc by default)."""
+    if open_now is None:
+        try:
+            open_now = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            open_now = FDS_RESERVED
+    room = SELECT_LIMIT - open_now - FDS_RESERVED
+    return max(1, min(parallel, room // FDS_PER_LINEAGE))
+
+
 def _retrying() -> Retrying:
     return Retrying(
         retry=retry_if_exception_type(kernel_errors.TransientError),
@@ -259,7 +281,13 @@ class Engine:
         self, jobs: Sequence[tuple[LoadedSpec, LineagePlan]], parallel: int
     ) -> list[LineageResult]:
         results: list[LineageResult] = []
-        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="lineage") as pool:
+        width = lineages_at_once(max(1, parallel))
+        if width < min(parallel, len(jobs)):
+            self.reporter.note(
+                f"ouro: {width} lineages at once, not {min(parallel, len(jobs))}: the kernel "
+                f"waits on descriptors numbered below {SELECT_LIMIT} (select), and a running "
+                f"lineage holds about {FDS_PER_LINEAGE}; the others start as these finish")
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="lineage") as pool:
             futures: list[tuple[LoadedSpec, LineagePlan, Future[LineageResult]]] = [
                 (spec, planned, pool.submit(self.run_lineage, spec, planned))
                 for spec, planned in jobs
@@ -572,4 +600,5 @@ def check_spend(plans: Sequence[LineagePlan], max_spend: Decimal | None) -> Deci
     return worst
 
 
-__all__ = ["Engine", "Limits", "LineageResult", "Reporter", "check_spend", "default_parallelism"]
+__all__ = ["Engine", "Limits", "LineageResult", "Reporter", "check_spend", "default_parallelism",
+           "lineages_at_once"]

@@ -13,10 +13,11 @@ carries everything the report shows and the exit code.
 
 from __future__ import annotations
 
+import resource
 import signal
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -187,6 +188,17 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
     return _Prepared(specs, plan, from_saved_plan=saved is not None)
 
 
+def raise_open_files_limit() -> None:
+    """Lift this process's soft RLIMIT_NOFILE to its hard limit: a running generation holds
+    about a dozen descriptors (pipes to its broker and its life, the scope's files, the
+    repositories), so a fleet of hundreds passes the usual soft limit of 1,024. Every life
+    gets its own limit from the kernel's ceilings, whatever this process's is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        with suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 @contextmanager
 def _interrupts(limits: Limits, say: Reporter) -> Iterator[None]:
     """First SIGINT/SIGTERM: stop starting generations; second: cancel running ones."""
@@ -230,13 +242,15 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
         max_generations=request.max_generations,
     )
     events = EventLog(resolve_state_dir(request.state_dir) / EVENTS_FILE)
-    audits = AuditBatches(audit_record_dir(request.state_dir))
+    audits = AuditBatches(audit_record_dir(request.state_dir),
+                          expected=sum(1 for _, item in runnable if item.pending))
     engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
                     store=kernel_store_writer.default_store(request.state_dir),
                     prober=Prober() if request.probe else None)
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     engine.probe_parallel = width
+    raise_open_files_limit()
     runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
     jobs = [*runnable, *to_check]
     events.emit("apply-started", lineages=[s.name for s, _ in jobs], parallel=width,
