@@ -259,6 +259,8 @@ def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKe
                 raise _unwritable(store, exc) from exc
         _fsync_dir(store.root)
     record_commit(store, commit, fingerprint)
+    if existing is not None:  # verified just now: no second read of every file
+        return existing
     entry = store.get(fingerprint)
     if entry is None:
         raise KernelStoreError(f"ouro: kernel store entry {store.entry_path(fingerprint)} "
@@ -266,8 +268,24 @@ def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKe
     return entry
 
 
+_STORED_RUNNING: dict[tuple[Path, str, str], StoredKernel] = {}
+_STORED_RUNNING_MUTEX = threading.Lock()
+
+
 def store_running(store: KernelStore, identity: Identity) -> StoredKernel:
-    """Put this ouro's own kernel into the store (before it births or extends a lineage)."""
+    """Put this ouro's own kernel into the store (before it births or extends a lineage).
+    Once per process, store and identity: a fleet's every lineage asks, and reading,
+    hashing and verifying the kernel's files again for each cost ~0.1 s of CPU apiece.
+    (The running kernel runs from ouro's own package, never from this entry.)"""
+    key = (store.root, identity.fingerprint, identity.commit)
+    with _STORED_RUNNING_MUTEX:
+        known = _STORED_RUNNING.get(key)
+        if known is None:
+            known = _STORED_RUNNING[key] = _store_running(store, identity)
+    return known
+
+
+def _store_running(store: KernelStore, identity: Identity) -> StoredKernel:
     files = kernel_identity.read_trusted()
     if kernel_identity.fingerprint_of(files) != identity.fingerprint:
         raise KernelStoreError(

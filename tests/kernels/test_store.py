@@ -187,3 +187,23 @@ def test_prune_keeps_what_known_lineages_need(tmp_path: Path) -> None:
     assert [row.fingerprint for row in gone] == [spare.fingerprint]
     assert not spare.path.exists() and needed.path.exists() and third.path.exists()
     remove_tree(store.root)
+
+
+def test_the_running_kernel_is_stored_once_per_process_for_a_whole_fleet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every lineage of an apply asks for the running kernel's entry: its files are read,
+    hashed and verified the first time only (issue 21: ~0.1 s of CPU per lineage)."""
+    from reconciler.kernel.base import identity as kernel_identity
+
+    running = Identity("r", "main", C, kernel_identity.fingerprint())
+    store = KernelStore(tmp_path / "kernels")
+    reads = []
+    real = kernel_identity.read_trusted
+    monkeypatch.setattr(kernel_identity, "read_trusted", lambda: reads.append(1) or real())
+    first = kernel_store_writer.store_running(store, running)
+    assert [kernel_store_writer.store_running(store, running) for _ in range(3)] == [first] * 3
+    assert len(reads) == 1
+    assert store.get(running.fingerprint) == first  # the entry is really there
+    other = KernelStore(tmp_path / "other")  # another store is another entry
+    assert kernel_store_writer.store_running(other, running).path.parent == other.root
+    assert len(reads) == 2
