@@ -28,6 +28,7 @@ apply S seconds in and checks that every generation that had started finished
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -86,6 +87,15 @@ class Peak:
     python_processes: int = 0
     sockets: int = 0
     samples: int = 0
+    cpu_by_pid: dict[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """Each child kind's CPU as last sampled (a lower bound: a child's last second
+        before it exits is not seen)."""
+        kinds: dict[str, float] = {}
+        for kind, seconds in self.cpu_by_pid.values():
+            kinds[kind] = kinds.get(kind, 0.0) + seconds
+        return kinds
 
 
 def _children() -> dict[int, list[int]]:
@@ -140,6 +150,17 @@ def _count(path: str) -> int:
         return 0
 
 
+def _kind(pid: int) -> str:
+    """What one of apply's Python children is: a broker, an audit, or other."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "other"
+    if b"audit_child" in command:
+        return "audit"
+    return "broker" if b"broker" in command else "other"
+
+
 def _threads(pid: int) -> int:
     return _count(f"/proc/{pid}/task")
 
@@ -164,9 +185,13 @@ def sample(apply_pid: int, port: int, peak: Peak) -> None:
     for pid in ours:
         one = _rollup(pid)
         pss, rss = pss + one[0], rss + one[1]
+        if pid != apply_pid:
+            with contextlib.suppress(OSError, IndexError):
+                peak.cpu_by_pid[pid] = (_kind(pid), _cpu_of(pid))
     peak.samples += 1
     if pss / 1024 > peak.pss_mb:
-        peak.pss_mb, peak.brokers_at_pss = pss / 1024, len(ours) - 1
+        brokers = sum(1 for pid in ours if pid != apply_pid and _kind(pid) == "broker")
+        peak.pss_mb, peak.brokers_at_pss = pss / 1024, brokers
     peak.rss_mb = max(peak.rss_mb, rss / 1024)
     peak.threads = max(peak.threads, _threads(apply_pid))
     peak.fds = max(peak.fds, _count(f"/proc/{apply_pid}/fd"))
@@ -180,6 +205,7 @@ class Run:
     wall: float
     cpu: float | None  # seconds of ouro's own CPU (apply and its Python children)
     apply_cpu: float  # of it, the apply process's own
+    lives_cpu: float  # the lives' scopes (bwrap, runner, Emacs), from the observations
     peak: Peak
     report: dict[str, Any]
     returncode: int
@@ -236,8 +262,17 @@ def apply(specs: Path, state: Path, parallel: int, port: int, interval: float,
         report = json.loads(out.get("out", ""))
     except ValueError:
         report = {}
-    return Run(wall, cpu, own, peak, report, process.returncode, out.get("err", ""),
-               interrupted_at)
+    return Run(wall, cpu, own, lives_cpu(state), peak, report, process.returncode,
+               out.get("err", ""), interrupted_at)
+
+
+def lives_cpu(state: Path) -> float:
+    """The lives' CPU (each generation's scope, as its observation records it), seconds."""
+    total = 0
+    for record in state.glob("*.observations/generations/*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            total += json.loads(record.read_text()).get("cpu_usage_nsec") or 0
+    return total / 1e9
 
 
 def _exited(pid: int) -> bool:
@@ -302,8 +337,10 @@ def main() -> int:
         fleet = apply(base / "fleet", base / "state-fleet", args.lineages, port, args.interval,
                       args.interrupt_after)
         counts = started_and_finished(base / "state-fleet")
-        shutil.rmtree(base, ignore_errors=True)
-    return report(args, load, one, fleet, counts)
+        code = report(args, load, one, fleet, counts)
+        sys.stdout.flush()
+        shutil.rmtree(base, ignore_errors=True)  # (slow on a disk that discards)
+    return code
 
 
 def report(args: argparse.Namespace, load: tuple[float, float, float], one: Run, fleet: Run,
@@ -338,9 +375,18 @@ def report(args: argparse.Namespace, load: tuple[float, float, float], one: Run,
         per_gen = fleet.cpu / ran
         print(f"ouro's CPU per generation: {per_gen:.3f} s (target < {CPU_PER_GENERATION:g} "
               f"s; every cost amortized: start, plan, probe, audit): apply process "
-              f"{fleet.apply_cpu / ran:.3f} s + brokers {(fleet.cpu - fleet.apply_cpu) / ran:.3f}"
-              f" s; one lineage: {_fmt(one.cpu / max(1, generations_run(one)))} s (apply "
-              f"{one.apply_cpu / max(1, generations_run(one)):.3f} s)")
+              f"{fleet.apply_cpu / ran:.3f} s + its children "
+              f"{(fleet.cpu - fleet.apply_cpu) / ran:.3f}"
+              f" s; one lineage: {_fmt(one.cpu and one.cpu / max(1, generations_run(one)))} s "
+              f"(apply {one.apply_cpu / max(1, generations_run(one)):.3f} s)")
+        kinds = ", ".join(f"{kind} {seconds / ran:.3f} s" for kind, seconds
+                          in sorted(peak.cpu_by_kind().items()))
+        print(f"  children per generation, as sampled (a lower bound): {kinds}")
+        cpus, total = os.cpu_count() or 1, fleet.cpu + fleet.lives_cpu
+        print(f"  the lives (their scopes: bwrap, runner, Emacs) per generation: "
+              f"{fleet.lives_cpu / ran:.3f} s; ouro and the lives: {total:.0f} s of CPU over "
+              f"{fleet.wall:.0f} s of wall on {cpus} CPUs (at best {total / cpus:.0f} s on an "
+              "idle host)")
         ok = ok and per_gen < CPU_PER_GENERATION
     if fleet.interrupted_at is not None:
         started, finished = counts
