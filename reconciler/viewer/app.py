@@ -45,7 +45,7 @@ from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.summaries import LineageSummary, heads, summarize
-from reconciler.viewer import pages, raw, sets
+from reconciler.viewer import family, pages, raw, sets
 from reconciler.viewer.plots import (
     FLEET_PLOTS,
     PLOTS,
@@ -327,6 +327,16 @@ def _diff_context(source: FleetSource, name: str, shown: Shown,
     return pages.diff_context(name, summary, first, second, files)
 
 
+def _family_page(page: Callable[[Request, str, dict[str, Any]], Response],
+                 source: FleetSource, request: Request) -> Response:
+    """The family-tree page: the fleet's forks under their parents (``viewer.family``)."""
+    lineages = {name: shown.paths for name, shown in source.lineages().items()}
+    roots = family.family_tree(lineages)
+    return page(request, "family.html", {
+        "roots": roots, "forks": sum(root.size for root in roots) - len(roots),
+        "count": len(lineages)})
+
+
 def _svg(body: bytes) -> Response:
     return Response(body, media_type="image/svg+xml",
                     headers={"Content-Security-Policy": _SVG_CSP})
@@ -440,15 +450,14 @@ def create_app(source: FleetSource, token: str,
             return missing(request, "no such lineage here")
         name, shown = chosen
         known = source.known(name, shown)
-        summary = known.summary
         number = int(request.path_params["number"])
         try:
-            detail = history.detail(shown.paths, summary, number, pages.VIEW_LIMITS)
+            detail = history.detail(shown.paths, known.summary, number, pages.VIEW_LIMITS)
         except OuroError as error:
             return missing(request, str(error))
         full = request.query_params.get("full") == "1"
         return page(request, "generation.html",
-                    pages.generation_context(name, summary, detail, full=full,
+                    pages.generation_context(name, known.summary, detail, full=full,
                                              born=known.born))
 
     def heads_api(request: Request) -> Response:
@@ -456,6 +465,7 @@ def create_app(source: FleetSource, token: str,
 
     routes = [
         Route("/", fleet_page),
+        Route("/family", raw.heavy(partial(_family_page, page, source))),
         Route("/lineage/{name}", lineage_page),
         Route("/lineage/{name}/gen/{number:int}", raw.heavy(generation_page)),
         *raw.routes(source),

@@ -1,0 +1,93 @@
+"""The family-tree page in a real headless Chromium: real forks (a fork, its sibling, a fork
+of a fork) as a tree, each node linking to its lineage and to the parent's generation it
+forked from; a parent the viewer does not show is named, not lost."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apply.helpers import run_ouro
+from tests.forks.helpers import Family, fork_spec, grow_family
+from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+
+
+def _css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def _open(driver: Any, viewer: Viewer, path: str) -> None:
+    driver.get(viewer.page(path) + f"?token={viewer.token}")
+    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
+
+
+def _family(root: Path) -> Family:
+    family = grow_family(root)
+    child = fork_spec(family.specs, "child", "scribe", 2)
+    sibling = fork_spec(family.specs, "sibling", "scribe", 1, kernel="parent")
+    applied = run_ouro("apply", "-y", str(child), str(sibling), env=family.env)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    grand = fork_spec(family.specs, "grandchild", "child", 1)
+    applied = run_ouro("apply", "-y", str(child), str(grand), env=family.env)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    return family
+
+
+def test_the_family_tree_shows_forks_under_their_parents(browser: Any, tmp_path: Path) -> None:
+    family = _family(tmp_path / "family")
+    viewer = start_viewer(family.env, str(family.specs))
+    try:
+        _open(browser, viewer, "/")
+        (link,) = _css(browser, "a.family")
+        link.click()
+        assert wait_for(lambda: browser.find_elements("css selector", "ul.family-tree"))
+        heading = _css(browser, "h1")[0].text
+        assert heading == "Family tree: 3 forks of 4 lineages", heading
+        top = [li.get_attribute("data-lineage")
+               for li in _css(browser, "ul.family-tree > li.node")]
+        assert top == ["scribe"], top
+        under = [li.get_attribute("data-lineage") for li in _css(
+            browser, "li[data-lineage=scribe] > ul > li.node")]
+        assert under == ["child", "sibling"], under
+        (grand,) = _css(browser, "li[data-lineage=child] > ul > li[data-lineage=grandchild]")
+        assert "from gen 1 of child" in grand.text and "running kernel" in grand.text
+        sibling = _css(browser, "li[data-lineage=sibling]")[0]
+        assert "from gen 1 of scribe" in sibling.text and "parent kernel" in sibling.text
+        assert "same physics" in sibling.text
+
+        # the fork generation's link: the parent's generation page
+        fork_link = _css(browser, "li[data-lineage=child] > span.forked a.fork-generation")[0]
+        assert fork_link.get_attribute("href").endswith("/lineage/scribe/gen/2")
+        fork_link.click()
+        assert wait_for(lambda: "scribe gen 2" in browser.title)
+        assert _css(browser, "h1")[0].text.startswith("scribe gen 2:")
+        # the node's own link: the fork's lineage page
+        _open(browser, viewer, "/family")
+        _css(browser, "li[data-lineage=grandchild] > a.lineage")[0].click()
+        assert wait_for(lambda: browser.title.startswith("grandchild"))
+        assert _css(browser, "h1")[0].text.startswith("grandchild: 1")
+    finally:
+        stop_viewer(viewer)
+
+    # a viewer of the forks alone: their parent is named, marked absent, and still the root
+    alone = family.root / "alone"
+    alone.mkdir()
+    shutil.copy(family.specs / "child.yaml", alone / "child.yaml")
+    viewer = start_viewer(family.env, str(alone))
+    try:
+        _open(browser, viewer, "/family")
+        (root,) = _css(browser, "ul.family-tree > li.node")
+        assert root.get_attribute("data-lineage") == "scribe"
+        assert "absent" in root.get_attribute("class") and "not shown here" in root.text
+        (child,) = _css(browser, "li[data-lineage=scribe] > ul > li[data-lineage=child]")
+        assert "from gen 2 of scribe" in child.text
+        assert not _css(browser, "li[data-lineage=child] a.fork-generation")  # no page to link
+    finally:
+        stop_viewer(viewer)
