@@ -10,9 +10,13 @@ N generations, P at a time (the tree of each generation archived from the git di
 the sandbox, the metrics parsed, one record commit each, the coverage read).
 Baseline, in the same run and at the same parallelism: N bare runs of the same
 command in the same sandbox (``engine.probes.sandbox.measure``, no record, no
-coverage), half of them before the back-fill and half after, so that a load that
-changes during the run weighs on both alike. Prints both, their ratio (target: at
-most 1.3, issue 25) and the CPU time this process and its children spent on each.
+coverage). The two alternate in ``--blocks`` blocks (default 10: 100 bare runs, then
+the back-fill stopped after 100 records as a cancelled apply stops it, then the
+back-fill resumed for the next 100 before 100 bare runs, and so on), so that a load
+that changes during the run (the host is shared) weighs on both alike; each resumed
+piece reads the coverage again, as the next apply does. Prints both totals, their
+ratio (target: at most 1.3, issue 25) and the CPU time this process and its
+children spent on each.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,6 +72,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", type=int, default=1000)
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--blocks", type=int, default=10,
+                        help="pairs of (bare runs, back-fill piece) alternated")
     args = parser.parse_args()
     probe = resolve(ProbeSpec.model_validate(
         {"name": "ok", "run": ["/bin/sh", "-c", SCRIPT], "ceilings": {"wall": 60, "cpu": 30}}))
@@ -86,20 +93,52 @@ def main() -> int:
                 list(pool.map(bare, indexes))
             return time.monotonic() - began, cpu_seconds() - cpu
 
-        half = args.generations // 2
-        first, first_cpu = bare_runs(range(half))
-        began, cpu = time.monotonic(), cpu_seconds()
-        done = measure_missing(paths, [probe], parallel=args.parallel)
-        backfill, backfill_cpu = time.monotonic() - began, cpu_seconds() - cpu
-        assert done.records == args.generations and not done.errors, done
-        second, second_cpu = bare_runs(range(half, args.generations))
-    baseline, baseline_cpu = first + second, first_cpu + second_cpu
+        def backfill_piece(limit: int) -> tuple[float, float, int]:
+            """The back-fill, stopped (as a cancelled apply stops it) after ``limit``
+            records; the next piece resumes with what is still missing."""
+            cancel, lock, count = threading.Event(), threading.Lock(), [0]
+
+            def written(_record: dict[str, object]) -> None:
+                with lock:
+                    count[0] += 1
+                    if count[0] >= limit:
+                        cancel.set()
+
+            began, cpu = time.monotonic(), cpu_seconds()
+            done = measure_missing(paths, [probe], parallel=args.parallel, cancel=cancel,
+                                   on_record=written)
+            assert not done.errors, done
+            return time.monotonic() - began, cpu_seconds() - cpu, done.records
+
+        totals = {"bare": [0.0, 0.0, 0], "backfill": [0.0, 0.0, 0]}  # s, CPU s, runs
+
+        def add(step: str, seconds: float, cpu: float, runs: int) -> None:
+            totals[step][0] += seconds
+            totals[step][1] += cpu
+            totals[step][2] += runs
+
+        share = -(-args.generations // args.blocks)
+        for block in range(args.blocks):
+            for step in (["bare", "backfill"] if block % 2 == 0 else ["backfill", "bare"]):
+                if step == "backfill":
+                    add(step, *backfill_piece(share))
+                else:
+                    first = int(totals["bare"][2]) % args.generations
+                    runs = min(share, args.generations - int(totals["bare"][2]))
+                    add(step, *bare_runs(range(first, first + runs)), runs)
+        add("backfill", *backfill_piece(args.generations))  # none left, unless a piece fell short
+        extra = int(totals["backfill"][2] - totals["bare"][2])  # a piece may overrun its share
+        if extra > 0:
+            add("bare", *bare_runs(range(extra)), extra)
+        assert totals["backfill"][2] == totals["bare"][2] == args.generations, totals
+        assert measure_missing(paths, [probe]).records == 0, "every generation measured"
+    backfill, backfill_cpu, _runs = totals["backfill"]
+    baseline, baseline_cpu, _runs = totals["bare"]
     ratio = backfill / baseline
-    print(f"{args.generations} generations, --parallel {args.parallel}: back-fill "
-          f"{backfill:.2f} s, bare sandbox runs {baseline:.2f} s ({first:.2f} s before, "
-          f"{second:.2f} s after), ratio {ratio:.2f} (target at most {TARGET_RATIO}); CPU "
-          f"{backfill_cpu:.2f} s vs. {baseline_cpu:.2f} s ({backfill_cpu / baseline_cpu:.2f}); "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{args.generations} generations, --parallel {args.parallel}, {args.blocks} blocks: "
+          f"back-fill {backfill:.2f} s, bare sandbox runs {baseline:.2f} s, ratio {ratio:.2f} "
+          f"(target at most {TARGET_RATIO}); CPU {backfill_cpu:.2f} s vs. {baseline_cpu:.2f} s "
+          f"({backfill_cpu / baseline_cpu:.2f}); load average {os.getloadavg()[0]:.1f}")
     return 0 if ratio <= TARGET_RATIO else 1
 
 
