@@ -67,6 +67,7 @@ from reconciler.state.audit_objects import (
 )
 from reconciler.state.forks import check_ancestry
 from reconciler.state.probes import check_records
+from reconciler.state.repos import open_repo
 
 __all__ = [
     "CODES",
@@ -129,7 +130,6 @@ _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
 _OBJECT_ID = OBJECT_ID
 _INSTRUMENT_KEYS = formats.INSTRUMENT_KEYS
 _DEATH_MAY_CHANGE = frozenset({ORGANISM_FILE, JOURNAL_FILE})
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _HASH_THREADS = 2
 
 
@@ -264,14 +264,6 @@ def _tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
     if not isinstance(tree, pygit2.Tree):
         raise HistoryUnreadable("not a tree")
     return tree
-
-
-def _branch_head(repo: pygit2.Repository, branch: str) -> pygit2.Oid | None:
-    ref = repo.references.get(f"refs/heads/{branch}")
-    if ref is None:
-        return None
-    target = ref.resolve().target
-    return target if isinstance(target, pygit2.Oid) else None
 
 
 def restored_organism(
@@ -479,8 +471,10 @@ class _Audit:
     def lineage(self) -> tuple[pygit2.Repository, list[pygit2.Commit], dict[str, Any] | None]:
         if not self.paths.git_dir.exists():
             raise HistoryUnreadable("no lineage git dir")
-        repo = pygit2.Repository(str(self.paths.git_dir), _NO_SEARCH)
-        head = _branch_head(repo, self.paths.branch)
+        opened = open_repo(self.paths.git_dir)
+        if opened is None:
+            raise HistoryUnreadable("the lineage git dir is not a repository")
+        repo, head = opened.raw, opened.head_id(self.paths.branch)
         if head is None:
             raise HistoryUnreadable("no lineage branch")
         chain = _first_parent_chain(repo, head)
@@ -608,15 +602,12 @@ class _Audit:
         if not self.paths.observations.exists():
             self.find("observations-missing")
             return None
-        try:  # exactly this folder: never a repository found further up
-            repo = pygit2.Repository(str(self.paths.observations), _NO_SEARCH)
-        except pygit2.GitError:
+        opened = open_repo(self.paths.observations)  # never a repository further up
+        head = opened.head_id(self.paths.observation_branch) if opened is not None else None
+        if opened is None or head is None:
             self.find("observations-missing")
             return None
-        head = _branch_head(repo, self.paths.observation_branch)
-        if head is None:
-            self.find("observations-missing")
-            return None
+        repo = opened.raw
         chain = _first_parent_chain(repo, head)
         if self.since is not None:
             _resumed_at(chain, self.since.observation_head, self.since.observation_commits)
@@ -811,13 +802,11 @@ def _objects(audit: _Audit) -> None:
          since.observation_head if since else None),
     )
     for place, branch, observations, audited in places:
-        try:
-            repo = pygit2.Repository(str(place), _NO_SEARCH)
-            head = _branch_head(repo, branch)
-        except (pygit2.GitError, OSError, KeyError, ValueError):
+        opened = open_repo(place)
+        head = opened.head_id(branch) if opened is not None else None
+        if opened is None or head is None:
             continue
-        if head is None:
-            continue
+        repo = opened.raw
         if audited is not None:
             if unreadable_since(repo, head, pygit2.Oid(hex=audited)):
                 audit.find("object-unreadable")

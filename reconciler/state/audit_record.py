@@ -40,8 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.identity import OBJECT_ID
@@ -50,6 +48,7 @@ from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
 from reconciler.state.cachefile import MAC_FIELD, CacheSeal, cache_seal, canonical, write_cache
+from reconciler.state.repos import READ_ERRORS, open_repo
 from reconciler.state.summaries import cache_key
 
 __all__ = ["RECORD_DIR", "SCHEMA", "Snapshot", "audit_recorded", "audit_version", "load",
@@ -60,7 +59,6 @@ SCHEMA = "ouro-audit-record/v1"
 MAX_RECORD_BYTES = 256 << 20
 _STAT = struct.Struct("<qqqq")  # size, inode, mtime_ns, ctime_ns
 _HEX = frozenset("0123456789abcdef")
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 _version: str | None = None
 
 
@@ -124,10 +122,10 @@ class Snapshot:
 
 def _all_read(place: Path, oids: list[bytes]) -> bool:
     """Each object inflates whole and its content hashes to its id (``ObjectStore``)."""
-    try:
-        store = ObjectStore(pygit2.Repository(str(place), _NO_SEARCH))
-    except (pygit2.GitError, OSError, KeyError, ValueError):
+    repo = open_repo(place)
+    if repo is None:
         return False
+    store = ObjectStore(repo.raw)
     return all(store.load(oid) is not None for oid in oids)
 
 
@@ -137,8 +135,11 @@ def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
 
 def _objects(place: Path) -> Objects | None:
     """None when the store cannot be watched (unreadable, or it borrows objects)."""
+    repo = open_repo(place)
+    if repo is None:
+        return None
     try:
-        objects = Path(pygit2.Repository(str(place), _NO_SEARCH).path) / "objects"
+        objects = Path(repo.raw.path) / "objects"
         if (objects / "info" / "alternates").exists():
             return None
         loose: dict[bytes, tuple[int, int, int, int]] = {}
@@ -167,7 +168,7 @@ def _objects(place: Path) -> Objects | None:
                             return None
                         loose[oid] = _identity(status)
         return Objects(width or 20, loose, packs.hexdigest())
-    except (OSError, pygit2.GitError, ValueError):
+    except READ_ERRORS:
         return None
 
 

@@ -17,22 +17,21 @@ lineage: what cannot be read is simply not a record.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import pygit2
 
+from reconciler.errors import StateError
 from reconciler.kernel.base.config import METADATA_FILE, LineagePaths
 from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
+from reconciler.state.repos import Repo, open_repo
 
 __all__ = ["DEFAULT_BRANCH_PREFIX", "DeclaredSpec", "Recorded", "names_another",
            "recorded_branches", "resolve", "spec_paths"]
 
 DEFAULT_BRANCH_PREFIX = "lineage-"  # a birth's branch is lineage-<metadata.name>
-
-_READ_ERRORS = (pygit2.GitError, KeyError, ValueError, OSError, TypeError, UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
@@ -55,42 +54,8 @@ class DeclaredSpec(Protocol):
     def paths(self) -> LineagePaths: ...
 
 
-def _open(path: os.PathLike[str], *, bare: bool) -> pygit2.Repository | None:
-    flags = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
-    if bare:
-        flags |= pygit2.enums.RepositoryOpenFlag.BARE
-    try:
-        return pygit2.Repository(os.fspath(path), flags)
-    except _READ_ERRORS:
-        return None
-
-
-def _head_branch(repo: pygit2.Repository) -> str | None:
-    try:
-        target = repo.lookup_reference("HEAD").target
-    except _READ_ERRORS:
-        return None
-    if isinstance(target, str) and target.startswith("refs/heads/"):
-        return target.removeprefix("refs/heads/")
-    return None
-
-
-def _head_commit(repo: pygit2.Repository) -> pygit2.Commit | None:
-    try:
-        commit = repo.head.peel(pygit2.Commit)
-    except _READ_ERRORS:
-        return None
-    return commit if isinstance(commit, pygit2.Commit) else None
-
-
-def _json_object(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> dict[str, Any]:
-    try:
-        blob = repo[commit.tree[path].id]
-        if not isinstance(blob, pygit2.Blob):
-            return {}
-        value = json.loads(bytes(blob.data).decode("utf-8"))
-    except _READ_ERRORS:
-        return {}
+def _json_object(repo: Repo, commit: pygit2.Commit | None, path: str) -> dict[str, Any]:
+    value = repo.json_or_none(commit.tree, path) if commit is not None else None
     return value if isinstance(value, dict) else {}
 
 
@@ -99,17 +64,21 @@ def _name(record: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
-def _root_metadata(repo: pygit2.Repository) -> dict[str, Any]:
+def _head_commit(repo: Repo) -> pygit2.Commit | None:
+    try:
+        return repo.head_commit()
+    except StateError:  # a damaged newest commit records nothing readable
+        return None
+
+
+def _root_metadata(repo: Repo) -> dict[str, Any]:
     """The root commit's metadata on HEAD's first-parent line. O(history): only called
     when the observation repository names no branch (it is absent or unreadable)."""
-    commit = _head_commit(repo)
+    head = _head_commit(repo)
     try:
-        while commit is not None and commit.parent_ids:
-            parent = repo.get(commit.parent_ids[0])
-            commit = parent if isinstance(parent, pygit2.Commit) else None
-    except _READ_ERRORS:
+        return _json_object(repo, repo.root(head), METADATA_FILE) if head is not None else {}
+    except StateError:
         return {}
-    return _json_object(repo, commit, METADATA_FILE) if commit is not None else {}
 
 
 def recorded_branches(paths: LineagePaths) -> Recorded:
@@ -117,17 +86,16 @@ def recorded_branches(paths: LineagePaths) -> Recorded:
     lineage: str | None = None
     observation: str | None = None
     lineage_source = observation_source = ""
-    obs = _open(paths.observations, bare=False) if os.path.lexists(paths.observations) else None
+    obs = open_repo(paths.observations)
     if obs is not None:
-        head = _head_commit(obs)
-        record = _json_object(obs, head, OBSERVATION_METADATA_FILE) if head is not None else {}
+        record = _json_object(obs, _head_commit(obs), OBSERVATION_METADATA_FILE)
         where = f"{paths.observations}/{OBSERVATION_METADATA_FILE}"
         lineage, observation = _name(record, "lineage_branch"), _name(record, "observation_branch")
         lineage_source = where if lineage else ""
         observation_source = where if observation else ""
     if lineage is not None and observation is not None:
         return Recorded(lineage, observation, lineage_source, observation_source)
-    repo = _open(paths.git_dir, bare=True) if os.path.lexists(paths.git_dir) else None
+    repo = open_repo(paths.git_dir, bare=True)
     if repo is not None:
         root = _root_metadata(repo)
         where = f"{paths.git_dir}: {METADATA_FILE} of the root commit"
@@ -136,10 +104,10 @@ def recorded_branches(paths: LineagePaths) -> Recorded:
         if observation is None and _name(root, "observation_branch"):
             observation, observation_source = _name(root, "observation_branch"), where
     if lineage is None and repo is not None:
-        lineage = _head_branch(repo)
+        lineage = repo.head_branch()
         lineage_source = f"the HEAD of {paths.git_dir}" if lineage else ""
     if observation is None and obs is not None:
-        observation = _head_branch(obs)
+        observation = obs.head_branch()
         observation_source = f"the HEAD of {paths.observations}" if observation else ""
     return Recorded(lineage, observation, lineage_source, observation_source)
 

@@ -8,7 +8,6 @@ never as markup.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.state.repos import Lineage, Repo, open_repo
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "record",
 ]
 
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
-_BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 MAX_PATCH_CHARS = 200_000  # one file's patch beyond this is cut (and says so)
 
 
@@ -73,17 +71,16 @@ class GenerationDetail:
     body_chars: int | None = None  # characters of the whole body, when cut (DiffLimits)
 
 
-def _lineage_repo(paths: LineagePaths) -> pygit2.Repository:
-    try:
-        return pygit2.Repository(str(paths.git_dir), _BARE)
-    except (pygit2.GitError, KeyError, ValueError, OSError) as error:
-        raise StateError(f"ouro: {paths.git_dir} cannot be read as a git repository: "
-                         f"{error}") from error
+def _lineage_repo(paths: LineagePaths) -> Repo:
+    repo = open_repo(paths.git_dir, bare=True)
+    if repo is None:
+        raise StateError(f"ouro: {paths.git_dir} cannot be read as a git repository")
+    return repo
 
 
-def _commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
-    commit = repo.get(oid)
-    if not isinstance(commit, pygit2.Commit):
+def _commit(repo: Repo, oid: str) -> pygit2.Commit:
+    commit = repo.commit(oid)
+    if commit is None:
         raise StateError(f"ouro: commit {oid} is missing from the lineage; run `ouro verify`")
     return commit
 
@@ -198,36 +195,22 @@ def _files(repo: pygit2.Repository, diff: pygit2.Diff,
     return tuple(found)
 
 
-def _previous(repo: pygit2.Repository, summary: LineageSummary,
-              generation: int) -> pygit2.Commit | None:
+def _previous(repo: Repo, summary: LineageSummary, generation: int) -> pygit2.Commit | None:
     """The previous generation's commit, or the seed (root) for generation 1."""
     if generation > 1:
         return _commit(repo, summary.rows[generation - 2].lineage_commit)
-    commit = _commit(repo, summary.rows[0].lineage_commit)
-    while commit.parent_ids:
-        parent = repo.get(commit.parent_ids[0])
-        if not isinstance(parent, pygit2.Commit):
-            return None
-        commit = parent
-    return commit
+    try:
+        return repo.root(_commit(repo, summary.rows[0].lineage_commit))
+    except StateError:
+        return None
 
 
 def record(paths: LineagePaths, generation: int) -> dict[str, Any] | None:
     """Generation ``generation``'s observation as recorded (None: none, or unreadable)."""
     try:
-        repo = pygit2.Repository(str(paths.observations), _NO_SEARCH)
-        ref = repo.lookup_reference(f"refs/heads/{paths.observation_branch}").resolve()
-        head = repo.get(ref.target)
-        assert isinstance(head, pygit2.Commit)
-        folder = repo.get(head.tree[formats.GENERATIONS_DIR].id)
-        assert isinstance(folder, pygit2.Tree)
-        name = formats.observation_path(generation).split("/", 1)[1]
-        blob = repo.get(folder[name].id)
-        assert isinstance(blob, pygit2.Blob)
-        found = json.loads(bytes(blob.data).decode("utf-8"))
-    except (pygit2.GitError, KeyError, ValueError, OSError, AssertionError, UnicodeDecodeError):
+        return Lineage(paths).observation(generation)
+    except StateError:
         return None
-    return found if isinstance(found, dict) else None
 
 
 def _range(summary: LineageSummary) -> str:
@@ -251,7 +234,7 @@ def raw_diff(paths: LineagePaths, summary: LineageSummary, generation: int,
     parts: list[str] = []
     size = 0
     for index, delta in enumerate(diff.deltas):
-        blob = max(_size(repo, delta.old_file), _size(repo, delta.new_file))
+        blob = max(_size(repo.raw, delta.old_file), _size(repo.raw, delta.new_file))
         if blob > limit:  # never made: its patch alone would pass the bound
             text = f"... ({delta.new_file.path}: a file of {blob} bytes, not shown)\n"
         else:
@@ -277,23 +260,23 @@ def detail(paths: LineagePaths, summary: LineageSummary, generation: int,
     repo = _lineage_repo(paths)
     commit = _commit(repo, row.lineage_commit)
     previous = _previous(repo, summary, generation)
-    journal = _text(repo, commit, JOURNAL_FILE)
+    journal = _text(repo.raw, commit, JOURNAL_FILE)
     diff = _tree_diff(previous, commit)
     ran = commit
     if commit.parent_ids:
-        parent = repo.get(commit.parent_ids[0])
-        if isinstance(parent, pygit2.Commit):
+        parent = repo.commit(commit.parent_ids[0])
+        if parent is not None:
             ran = parent  # the tree the generation started from: what it loaded
     return GenerationDetail(
         row=row,
         commit=str(commit.id),
         parent=str(previous.id) if previous is not None else None,
         journal_entry=journal_entry(journal, generation) if journal is not None else None,
-        diff=_files(repo, diff, limits),
-        body=_text(repo, ran, ORGANISM_FILE, limits.body_chars if limits else None),
+        diff=_files(repo.raw, diff, limits),
+        body=_text(repo.raw, ran, ORGANISM_FILE, limits.body_chars if limits else None),
         record=record(paths, generation),
         files_total=len(diff),
-        body_chars=_blob_size(repo, ran, ORGANISM_FILE) if limits else None,
+        body_chars=_blob_size(repo.raw, ran, ORGANISM_FILE) if limits else None,
     )
 
 
@@ -314,4 +297,4 @@ def diff_generations(paths: LineagePaths, summary: LineageSummary, first: int,
     new = commits[1]
     if new is None:
         raise StateError(f"ouro: lineage {summary.name} has no seed commit to compare")
-    return diff_commits(repo, commits[0], new, limits)
+    return diff_commits(repo.raw, commits[0], new, limits)

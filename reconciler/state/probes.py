@@ -11,17 +11,17 @@ again only if its record is missing; ``ouro verify`` says what is wrong).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pygit2
 
+from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.probes import digest_of
+from reconciler.state.repos import READ_ERRORS, Repo, first_line, open_repo
 
 __all__ = [
     "BRANCH_PREFIX",
@@ -44,7 +44,6 @@ BRANCH_PREFIX = "probes/"
 GENERATIONS = "generations"
 PROBE_FILE = "probe.json"
 FILES = "files"
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
 
 
 def probe_branch(lineage_branch: str) -> str:
@@ -63,50 +62,33 @@ class ProbeRecord:
     probe: dict[str, Any]  # the digest's probe.json
 
 
-def _repo(path: Path) -> pygit2.Repository | None:
+def _head_tree(paths: LineagePaths) -> tuple[Repo, pygit2.Tree] | None:
+    repo = open_repo(paths.observations)
     try:
-        return pygit2.Repository(str(path), _NO_SEARCH)
-    except (pygit2.GitError, OSError):
+        head = repo.head(probe_branch(paths.branch)) if repo is not None else None
+    except StateError:
         return None
+    return (repo, head.tree) if repo is not None and head is not None else None
 
 
-def _head_tree(paths: LineagePaths) -> tuple[pygit2.Repository, pygit2.Tree] | None:
-    repo = _repo(paths.observations)
-    if repo is None:
-        return None
+def _json(repo: Repo, oid: pygit2.Oid) -> Any:
     try:
-        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
-        commit = repo.get(ref.target)
-        return (repo, commit.peel(pygit2.Tree)) if commit is not None else None
-    except (pygit2.GitError, KeyError, ValueError):
+        return repo.json_of(oid, str(oid), limit=1 << 20)
+    except StateError:
         return None
 
 
-def _json(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
-    blob = repo.get(oid)
-    if not isinstance(blob, pygit2.Blob) or blob.size > 1 << 20:
-        return None
-    try:
-        return json.loads(bytes(blob.data).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def _digests(repo: pygit2.Repository, tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Tree]]:
+def _digests(repo: Repo, tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Tree]]:
     for item in tree:
         if item.filemode == pygit2.enums.FileMode.TREE and item.name:
-            folder = repo.get(item.id)
-            if isinstance(folder, pygit2.Tree):
+            folder = repo.tree(tree, item.name)
+            if folder is not None:
                 yield item.name, folder
 
 
-def _numbers(repo: pygit2.Repository, folder: pygit2.Tree) -> Iterator[tuple[int, pygit2.Oid]]:
-    if GENERATIONS not in folder:
-        return
-    generations = repo.get(folder[GENERATIONS].id)
-    if not isinstance(generations, pygit2.Tree):
-        return
-    for item in generations:
+def _numbers(repo: Repo, folder: pygit2.Tree) -> Iterator[tuple[int, pygit2.Oid]]:
+    generations = repo.tree(folder, GENERATIONS)
+    for item in generations if generations is not None else ():
         name = item.name or ""
         stem = name.removesuffix(".json")
         if name.endswith(".json") and stem.isdigit() and record_name(int(stem)) == name:
@@ -116,14 +98,9 @@ def _numbers(repo: pygit2.Repository, folder: pygit2.Tree) -> Iterator[tuple[int
 def head(paths: LineagePaths) -> str | None:
     """The commit ``probes/<lineage branch>`` points at (None: no records), from the ref
     alone: what changes when a record is written."""
-    repo = _repo(paths.observations)
-    if repo is None:
-        return None
-    try:
-        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
-        return str(ref.target)
-    except (pygit2.GitError, KeyError, ValueError):
-        return None
+    repo = open_repo(paths.observations)
+    found = repo.head_id(probe_branch(paths.branch)) if repo is not None else None
+    return str(found) if found is not None else None
 
 
 def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
@@ -135,7 +112,7 @@ def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
     try:
         return {digest: frozenset(n for n, _ in _numbers(repo, folder))
                 for digest, folder in _digests(repo, tree)}
-    except (pygit2.GitError, KeyError, ValueError):
+    except StateError:
         return {}
 
 
@@ -159,18 +136,13 @@ def records(paths: LineagePaths) -> list[ProbeRecord]:
 def generation_commits(paths: LineagePaths) -> list[str]:
     """The lineage's generation commits, oldest first (index 0 is generation 1), read
     from its git dir's branch (first parents). Empty when it cannot be read."""
-    repo = _repo(paths.git_dir)
-    if repo is None:
-        return []
+    repo = open_repo(paths.git_dir, bare=True)
     try:
-        ref = repo.lookup_reference(f"refs/heads/{paths.branch}").resolve()
-        commit = repo.get(ref.target)
-        found: list[str] = []
-        while isinstance(commit, pygit2.Commit):
-            if formats.is_generation_subject(commit.message.split("\n", 1)[0]):
-                found.append(str(commit.id))
-            commit = repo.get(commit.parent_ids[0]) if commit.parent_ids else None
-    except (pygit2.GitError, KeyError, ValueError):
+        head = repo.head(paths.branch) if repo is not None else None
+        found = [str(commit.id) for commit in repo.first_parents(head)
+                 if formats.is_generation_subject(first_line(commit))] \
+            if repo is not None and head is not None else []
+    except StateError:
         return []
     found.reverse()
     return found
@@ -189,19 +161,19 @@ def metrics(paths: LineagePaths) -> dict[str, dict[int, dict[str, Any] | None]]:
 def _current_digests(paths: LineagePaths, names: set[str]) -> dict[str, str]:
     """name -> the digest its newest record was measured at (a changed probe's old
     results are history; a renamed one keeps its digest)."""
-    repo = _repo(paths.observations)
+    repo = open_repo(paths.observations)
     found: dict[str, str] = {}
-    if repo is None:
+    target = repo.head_id(probe_branch(paths.branch)) if repo is not None else None
+    if repo is None or target is None:
         return found
-    try:
-        ref = repo.lookup_reference(f"refs/heads/{probe_branch(paths.branch)}").resolve()
-        for commit in repo.walk(ref.target, pygit2.enums.SortMode.TOPOLOGICAL):
+    try:  # the probe branch's head was checked whole when its records were read
+        for commit in repo.raw.walk(target, pygit2.enums.SortMode.TOPOLOGICAL):
             words = commit.message.split(":", 1)[0].split()
             if len(words) == 3 and words[0] == "probe" and words[1] not in found:
                 found[words[1]] = words[2]
             if len(found) == len(names):
                 break
-    except (pygit2.GitError, KeyError, ValueError):
+    except READ_ERRORS:
         pass
     return found
 

@@ -17,16 +17,15 @@ or hostile record: it reads as ``malformed`` (with why) or ``not-recorded``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
+from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import ENTRY_METADATA_KEY, METADATA_FILE, LineagePaths
+from reconciler.state.repos import open_repo
 
 __all__ = [
     "MALFORMED",
@@ -44,8 +43,6 @@ RAN_WITH_KEY = "ran_with"  # the observation's key (kernel.generation writes it)
 RECORDED, NOT_RECORDED, MALFORMED = "recorded", "not-recorded", "malformed"
 MAX_TEXT = 200  # a recorded text beyond this many characters is cut (and says so)
 MAX_VERSIONS = 32  # entries of ``versions`` shown; the rest are counted
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
-_BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 
 
 def _text(value: Any) -> str | None:
@@ -139,11 +136,11 @@ class BornUnder:
 def born_under(paths: LineagePaths) -> BornUnder | None:
     """The lineage's recorded kernel: its branch head's metadata file, else the observation
     repository's metadata (the kernel keeps the two identical). None when neither reads."""
-    places = ((paths.git_dir, _BARE, paths.branch, METADATA_FILE),
-              (paths.observations, _NO_SEARCH, paths.observation_branch,
+    places = ((paths.git_dir, True, paths.branch, METADATA_FILE),
+              (paths.observations, False, paths.observation_branch,
                formats.OBSERVATION_METADATA_FILE))
-    for place, flags, branch, name in places:
-        metadata = _metadata(place, flags, branch, name)
+    for place, bare, branch, name in places:
+        metadata = _metadata(place, bare, branch, name)
         if metadata is not None:
             return BornUnder(
                 commit=_text(metadata.get("instrument_commit")),
@@ -153,16 +150,12 @@ def born_under(paths: LineagePaths) -> BornUnder | None:
     return None
 
 
-def _metadata(place: Path, flags: pygit2.enums.RepositoryOpenFlag, branch: str,
-              name: str) -> dict[str, Any] | None:
+def _metadata(place: Path, bare: bool, branch: str, name: str) -> dict[str, Any] | None:
+    repo = open_repo(place, bare=bare)
     try:
-        repo = pygit2.Repository(str(place), flags)
-        head = repo.get(repo.lookup_reference(f"refs/heads/{branch}").resolve().target)
-        if not isinstance(head, pygit2.Commit):
-            return None
-        kind, data = repo.odb.read(head.tree[name].id)
-        found = json.loads(data) if kind == pygit2.enums.ObjectType.BLOB else None
-    except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):
+        head = repo.head(branch) if repo is not None else None
+        found = repo.json_or_none(head.tree, name) if repo and head else None
+    except StateError:
         return None
     return found if isinstance(found, dict) else None
 
