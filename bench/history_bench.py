@@ -108,7 +108,8 @@ def status_baseline(root: Path) -> int:
 def status_now(root: Path, cache: Path) -> int:
     from reconciler.report.render import StatusLine, status_json
     from reconciler.spec.load import load_specs
-    from reconciler.state.observe import observe, read_status
+    from reconciler.state.observe import observe
+    from reconciler.state.status import read_status
 
     lines = []
     for spec in load_specs([root / "specs"]):

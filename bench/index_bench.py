@@ -5,10 +5,10 @@
 A worktree of N committed files with its index written by libgit2, clean. Two
 questions, each timed as the best of R rounds, both sides in the same run:
 
-- reading the index: ``observe._index_entries`` vs ``pygit2.Index(path)`` and
+- reading the index: ``worktree.index_entries`` vs ``pygit2.Index(path)`` and
   its entries (libgit2's reader; it exposes path, id and mode only: no stat data
   and no cached tree, which a stat check needs);
-- "is this worktree clean?" the way observe asks it (``_provably_clean``, and
+- "is this worktree clean?" the way observe asks it (``provably_clean``, and
   ``Repository.status()`` when that cannot tell) vs ``status()`` alone, in the
   three states an index is in: written by the kernel from a tree after every
   generation (no stat: every file's content must be compared), refreshed by git
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.kernel.base.config import Identity, LineagePaths
 from reconciler.kernel.base.identity import fingerprint
 from reconciler.kernel.transaction import lineage, publish
-from reconciler.state.observe import _index_entries, _provably_clean
+from reconciler.state.worktree import index_entries, provably_clean
 
 TARGET = 1.5
 STAT_ONLY_TARGET = 0.3  # slower than libgit2 here, kept for deep worktrees
@@ -104,14 +104,14 @@ def main() -> int:
         repo, git_dir, worktree = build(Path(tmp), options.files)
         head = repo.revparse_single("refs/heads/lineage-bench").peel(pygit2.Commit)
         data = (git_dir / "index").read_bytes()
-        parsed = _index_entries(data)
+        parsed = index_entries(data)
         assert parsed is not None and len(parsed[0]) >= options.files
 
         def libgit2_read() -> int:
             return sum(1 for entry in pygit2.Index(str(git_dir / "index"))
                        if entry.path and entry.id and entry.mode)
 
-        hand_read = best(options.rounds, lambda: _index_entries((git_dir / "index").read_bytes()))
+        hand_read = best(options.rounds, lambda: index_entries((git_dir / "index").read_bytes()))
         git_read = best(options.rounds, libgit2_read)
         print(f"read the index ({len(parsed[0])} entries): hand-written {hand_read * 1e3:.1f} ms, "
               f"libgit2 {git_read * 1e3:.1f} ms, ratio {git_read / hand_read:.2f}x")
@@ -124,11 +124,11 @@ def main() -> int:
             if racy is not None:
                 stamp(worktree, git_dir, repo, racy=racy)
             fresh = pygit2.Repository(str(git_dir))
-            clean = _provably_clean(fresh, git_dir, worktree, head)
+            clean = provably_clean(fresh, git_dir, worktree, head)
             assert not pygit2.Repository(str(worktree)).status(), case
 
             def observe_way(fresh: pygit2.Repository = fresh) -> object:  # stat, else status
-                if _provably_clean(fresh, git_dir, worktree, head):
+                if provably_clean(fresh, git_dir, worktree, head):
                     return {}
                 return pygit2.Repository(str(worktree)).status()
 

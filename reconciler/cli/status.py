@@ -42,7 +42,8 @@ def status_command(
     from reconciler.spec.select import SelectorError, parse
     from reconciler.spec.select import select as choose
     from reconciler.state.fleet import fleet, summary_cache_dir
-    from reconciler.state.observe import observe, read_status
+    from reconciler.state.observe import observe
+    from reconciler.state.status import read_status
 
     try:
         selectors = [parse(text) for text in select or ()]

@@ -55,8 +55,9 @@ from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
 from reconciler.state.branches import spec_paths
+from reconciler.state.failures import failed_streak, replay_cursor
 from reconciler.state.kernel_store import KernelStore
-from reconciler.state.observe import Observed, failed_streak, observe, replay_cursor
+from reconciler.state.observe import Observed, observe
 from reconciler.state.preflight import provider_problem
 
 TRANSIENT_ATTEMPTS = 4

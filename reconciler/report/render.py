@@ -23,7 +23,7 @@ from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
 from reconciler.state.conditions import ControllerStatus, LineageConditions
-from reconciler.state.observe import StatusReport
+from reconciler.state.status import StatusReport
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -21,8 +21,8 @@ from reconciler.plan.continuation import decide
 from reconciler.report.calls import MAX_TEXT
 from reconciler.report.words import plural
 from reconciler.spec.models import ModelSpec
+from reconciler.state.failures import failed_streak
 from reconciler.state.history import record
-from reconciler.state.observe import failed_streak
 from reconciler.state.summaries import LineageSummary
 
 __all__ = ["STREAK_LIMIT", "Stopped", "lineage_stop"]

@@ -21,9 +21,7 @@ from pathlib import Path
 
 import pygit2
 
-from reconciler.kernel.base.config import LineagePaths
-
-__all__ = ["ObjectStore", "damage_message", "newest_damage", "readable", "unreadable_newest",
+__all__ = ["ObjectStore", "damage_message", "readable", "unreadable_newest",
            "unreadable_reachable", "unreadable_since"]
 
 _GITLINK = 0o160000
@@ -273,28 +271,6 @@ def unreadable_newest(repo: pygit2.Repository, head: pygit2.Oid) -> list[bytes]:
     if not parents:
         return unreadable_reachable(repo, head)
     return unreadable_since(repo, head, pygit2.Oid(raw=parents[0]), store)
-
-
-def newest_damage(paths: LineagePaths) -> list[str]:
-    """One message per repository whose newest commit added an object that does not read
-    whole; empty when both read (or cannot be opened: the caller reports that). Readers
-    call it before libgit2 reads anything of a lineage they have not read before."""
-    messages = []
-    flag = pygit2.enums.RepositoryOpenFlag
-    for place, branch, flags in (  # the git dir bare: its worktree may be gone
-            (paths.git_dir, paths.branch, flag.NO_SEARCH | flag.BARE),
-            (paths.observations, paths.observation_branch, flag.NO_SEARCH)):
-        try:
-            repo = pygit2.Repository(str(place), flags)
-            target = repo.lookup_reference(f"refs/heads/{branch}").resolve().target
-        except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError, OSError):
-            continue
-        if not isinstance(target, pygit2.Oid):
-            continue
-        bad = unreadable_newest(repo, target)
-        if bad:
-            messages.append(damage_message(place, branch, bad[0]))
-    return messages
 
 
 def damage_message(place: Path, branch: str, oid: bytes) -> str:

@@ -1,4 +1,4 @@
-"""What a lineage is now: its three places, read with pygit2. Read-only.
+"""What a lineage is now: its three places, read through ``state.repos``. Read-only.
 
 Rule: nothing here writes (no ref, index, object or file), and nothing here
 raises for a damaged lineage: what cannot be read becomes a ``ReadProblem``
@@ -17,19 +17,16 @@ repositories is ``ouro verify``'s job.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import stat
-import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pygit2
 
+from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
@@ -42,11 +39,21 @@ from reconciler.kernel.base.refusals import ProblemCode
 from reconciler.kernel.transaction import leftovers
 from reconciler.kernel.transaction.publish import ref_locks
 from reconciler.kernel.transaction.recovery import marker_alive
-from reconciler.state.audit_objects import damage_message, unreadable_newest
 from reconciler.state.branches import Recorded, names_another, recorded_branches
 from reconciler.state.holders import Holder, held_by
 from reconciler.state.probes import coverage as probe_coverage
 from reconciler.state.probes import metrics as probe_metrics
+from reconciler.state.repos import (
+    READ_ERRORS,
+    Absent,
+    NewestUnreadable,
+    Repo,
+    Unreadable,
+    first_line,
+    observation_name,
+    open_repo,
+)
+from reconciler.state.worktree import dirty as worktree_dirty
 
 __all__ = [
     "INTENT_MARKER",
@@ -54,14 +61,11 @@ __all__ = [
     "Interrupted",
     "Observed",
     "ReadProblem",
-    "StatusReport",
     "observe",
-    "read_status",
 ]
 
 INTENT_MARKER = formats.MARKER_FILE  # the kernel's name, kept under this module's spelling
 _MAX_DIRTY_LISTED = 20
-_FAST_CLEAN_MAX_FILES = 20000
 
 InterruptedKind = Literal["roll-forward", "discard", "cleanup"]
 
@@ -165,80 +169,14 @@ def _exists(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-def _open(path: Path, *, bare: bool = False) -> pygit2.Repository | None:
-    """Open exactly ``path`` (no search upwards); ``bare`` ignores core.worktree, so
-    that a git dir whose worktree is gone still opens."""
-    flags = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
-    if bare:
-        flags |= pygit2.enums.RepositoryOpenFlag.BARE
-    try:
-        return pygit2.Repository(str(path), flags)
-    except (pygit2.GitError, KeyError, ValueError, OSError):
-        return None
-
-
-def _subject(commit: pygit2.Commit) -> str:
-    return str(commit.message).split("\n", 1)[0]
-
-
-def _json_blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> Any:
-    """Parsed JSON of ``path`` in ``tree``; raises KeyError if absent, ValueError if unreadable."""
-    entry = tree[path]
-    blob = repo[entry.id]
-    if not isinstance(blob, pygit2.Blob):
-        raise ValueError(f"{path} is not a file")
-    return json.loads(blob.data.decode("utf-8"))
-
-
-def _first_parent(repo: pygit2.Repository, commit: pygit2.Commit) -> pygit2.Commit | None:
-    if not commit.parent_ids:
-        return None
-    parent = repo.get(commit.parent_ids[0])
-    if not isinstance(parent, pygit2.Commit):
-        raise KeyError(str(commit.parent_ids[0]))
-    return parent
-
-
-def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[pygit2.Commit]:
-    commit: pygit2.Commit | None = start
-    while commit is not None:
-        yield commit
-        commit = _first_parent(repo, commit)
-
-
-def _branch_target(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
-    """The branch's commit, once what it added reads whole (``_NewestUnreadable``)."""
-    try:
-        ref = repo.lookup_reference(f"refs/heads/{branch}").resolve()
-    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
-        return None
-    if isinstance(ref.target, pygit2.Oid):
-        bad = unreadable_newest(repo, ref.target)
-        if bad:
-            raise _NewestUnreadable(damage_message(Path(repo.path), branch, bad[0]))
-    commit = repo.get(ref.target)
-    return commit if isinstance(commit, pygit2.Commit) else None
-
-
 def _first_held(
-    repo: pygit2.Repository, candidates: tuple[str | None, ...]
+    repo: Repo, candidates: tuple[str | None, ...]
 ) -> tuple[str, pygit2.Commit] | None:
     """The first of ``candidates`` (recorded branch, then HEAD's) that names a commit."""
     for branch in dict.fromkeys(candidates):
-        head = _branch_target(repo, branch) if branch else None
+        head = repo.head(branch) if branch else None
         if branch and head is not None:
             return branch, head
-    return None
-
-
-def _head_branch(repo: pygit2.Repository) -> str | None:
-    try:
-        head = repo.lookup_reference("HEAD")
-    except (KeyError, pygit2.GitError):
-        return None
-    target = head.target
-    if isinstance(target, str) and target.startswith("refs/heads/"):
-        return target.removeprefix("refs/heads/")
     return None
 
 
@@ -264,6 +202,11 @@ def _records_agree(paths: LineagePaths, lin: _LineageRead, obs: _ObservationRead
     meta = obs.metadata or {}
     return (meta.get("lineage_branch"), meta.get("observation_branch")) == (
         paths.branch, paths.observation_branch)
+
+
+def _why(error: BaseException) -> BaseException:
+    """What an ``Unreadable`` was caused by (its own text names the place again)."""
+    return error.__cause__ or error
 
 
 def _check_recorded(paths: LineagePaths, recorded: Recorded, problems: _Problems) -> None:
@@ -292,7 +235,7 @@ def _check_recorded(paths: LineagePaths, recorded: Recorded, problems: _Problems
 
 @dataclass
 class _LineageRead:
-    repo: pygit2.Repository | None = None
+    repo: Repo | None = None
     head: pygit2.Commit | None = None
     head_branch: str | None = None
     branch: str | None = None  # the branch read: the spec's, else the one holding the lineage
@@ -307,13 +250,13 @@ def _read_lineage_repo(
     paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
 ) -> _LineageRead:
     read = _LineageRead()
-    repo = _open(paths.git_dir, bare=True)
+    repo = open_repo(paths.git_dir, bare=True)
     if repo is None:
         problems.add("not-a-lineage", f"{paths.git_dir} exists but is not a git repository")
         return read
     read.repo = repo
-    read.head_branch = _head_branch(repo)
-    head = _branch_target(repo, paths.branch)
+    read.head_branch = repo.head_branch()
+    head = repo.head(paths.branch)
     read.branch = paths.branch
     if head is None:
         problems.add(
@@ -334,10 +277,10 @@ def _read_lineage_repo(
             f"not {paths.branch!r}",
         )
     # Newest generation commit: walk back from the head past non-generation commits.
-    for commit in _first_parents(repo, head):
-        if formats.is_generation_subject(_subject(commit)):
+    for commit in repo.first_parents(head):
+        if formats.is_generation_subject(first_line(commit)):
             read.newest_gen = commit
-            parsed = formats.parse_generation_subject(_subject(commit))
+            parsed = formats.parse_generation_subject(first_line(commit))
             read.newest_number = parsed.number if parsed else None
             break
         if not commit.parent_ids:
@@ -345,31 +288,24 @@ def _read_lineage_repo(
     return read
 
 
-def _full_walk(repo: pygit2.Repository, head: pygit2.Commit) -> tuple[
+def _full_walk(repo: Repo, head: pygit2.Commit) -> tuple[
     list[GenerationCommit], pygit2.Commit
 ]:
     """Every first-parent generation commit, oldest first, and the root. O(history)."""
     found: list[pygit2.Commit] = []
     root = head
-    for commit in _first_parents(repo, head):
+    for commit in repo.first_parents(head):
         root = commit
-        if formats.is_generation_subject(_subject(commit)):
+        if formats.is_generation_subject(first_line(commit)):
             found.append(commit)
     found.reverse()
     generations = []
     for index, commit in enumerate(found, start=1):
-        parsed = formats.parse_generation_subject(_subject(commit))
+        parsed = formats.parse_generation_subject(first_line(commit))
         generations.append(
             GenerationCommit(index, parsed.status if parsed else None, str(commit.id))
         )
     return generations, root
-
-
-def _find_root(repo: pygit2.Repository, start: pygit2.Commit) -> pygit2.Commit:
-    root = start
-    for commit in _first_parents(repo, start):
-        root = commit
-    return root
 
 
 def _root_via_first_observation(
@@ -382,45 +318,46 @@ def _root_via_first_observation(
     """
     assert lin.repo is not None and lin.head is not None
     named = _names(obs.record(1))
-    first = lin.repo.get(named) if named else None
-    if not isinstance(first, pygit2.Commit):
+    first = lin.repo.commit(named) if named else None
+    if first is None:
         problems.add(
             "observation-disagrees",
             f"{paths.observations}: observation 1 names commit {named}, which is not in "
             "the lineage",
         )
-        return _find_root(lin.repo, lin.head)
-    parsed = formats.parse_generation_subject(_subject(first))
+        return lin.repo.root(lin.head)
+    parsed = formats.parse_generation_subject(first_line(first))
     if parsed is None or parsed.number != 1:
         problems.add(
             "unbalanced",
             f"{paths.observations}: observation 1 names {named}, which is "
-            f"{_subject(first)!r}, not gen 1",
+            f"{first_line(first)!r}, not gen 1",
         )
-    return _find_root(lin.repo, first)
+    return lin.repo.root(first)
 
 
 def _check_root(read: _LineageRead, paths: LineagePaths, problems: _Problems) -> None:
     assert read.repo is not None and read.root is not None
     root = read.root
-    if _subject(root) != formats.SEED_SUBJECT:
+    if first_line(root) != formats.SEED_SUBJECT:
         problems.add(
             "not-a-lineage",
             f"{paths.git_dir}: the root commit {root.id} of {paths.branch} is "
-            f"{_subject(root)!r}, not 'seed'",
+            f"{first_line(root)!r}, not 'seed'",
         )
         return
     try:
-        metadata = _json_blob(read.repo, root.tree, METADATA_FILE)
-    except KeyError:
+        metadata = read.repo.json(root.tree, METADATA_FILE)
+    except Absent:
         problems.add(
             "no-metadata",
             f"{paths.git_dir}: the seed commit has no {METADATA_FILE} (an older instrument's "
             "lineage)",
         )
         return
-    except (ValueError, UnicodeDecodeError) as error:
-        problems.add("no-metadata", f"{paths.git_dir}: {METADATA_FILE} is unreadable: {error}")
+    except Unreadable as error:
+        problems.add("no-metadata", f"{paths.git_dir}: {METADATA_FILE} is unreadable: "
+                     f"{_why(error)}")
         return
     if not isinstance(metadata, dict) or metadata.get("schema") != LINEAGE_SCHEMA:
         schema = metadata.get("schema") if isinstance(metadata, dict) else None
@@ -437,7 +374,7 @@ def _check_root(read: _LineageRead, paths: LineagePaths, problems: _Problems) ->
 
 @dataclass
 class _ObservationRead:
-    repo: pygit2.Repository | None = None
+    repo: Repo | None = None
     head: pygit2.Commit | None = None
     branch: str | None = None  # the branch read: the spec's, else the one holding them
     metadata: dict[str, Any] | None = None
@@ -453,12 +390,10 @@ class _ObservationRead:
         value: dict[str, Any] | None = None
         if self.repo is not None and self.generations_tree is not None and n >= 1:
             try:
-                data = _json_blob(
-                    self.repo, self.generations_tree, formats.observation_path(n).split("/", 1)[1]
-                )
+                data = self.repo.json(self.generations_tree, observation_name(n))
                 if isinstance(data, dict) and data.get("schema") == GENERATION_SCHEMA:
                     value = data
-            except (KeyError, ValueError, UnicodeDecodeError):
+            except StateError:
                 value = None
         self.records[n] = value
         return value
@@ -468,14 +403,14 @@ def _read_observation_repo(
     paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
 ) -> _ObservationRead:
     read = _ObservationRead()
-    repo = _open(paths.observations)
+    repo = open_repo(paths.observations)
     where = paths.observations
     if repo is None:
         problems.add("not-a-lineage", f"{where} exists but is not a git repository")
         return read
     read.repo = repo
-    checked_out = _head_branch(repo)
-    head = _branch_target(repo, paths.observation_branch)
+    checked_out = repo.head_branch()
+    head = repo.head(paths.observation_branch)
     read.branch = paths.observation_branch
     if head is None:
         problems.add(
@@ -496,12 +431,13 @@ def _read_observation_repo(
         )
     tree = head.tree
     try:
-        metadata = _json_blob(repo, tree, formats.OBSERVATION_METADATA_FILE)
-    except KeyError:
+        metadata = repo.json(tree, formats.OBSERVATION_METADATA_FILE)
+    except Absent:
         problems.add("observation-disagrees", f"{where}: no {formats.OBSERVATION_METADATA_FILE}")
         metadata = None
-    except (ValueError, UnicodeDecodeError) as error:
-        problems.add("observation-disagrees", f"{where}: unreadable metadata.json: {error}")
+    except Unreadable as error:
+        problems.add("observation-disagrees",
+                     f"{where}: unreadable metadata.json: {_why(error)}")
         metadata = None
     if metadata is not None:
         if isinstance(metadata, dict) and metadata.get("schema") == OBSERVATIONS_SCHEMA:
@@ -511,11 +447,8 @@ def _read_observation_repo(
                 "observation-disagrees",
                 f"{where}: metadata.json is not an {OBSERVATIONS_SCHEMA} document",
             )
-    try:
-        generations = repo[tree[formats.GENERATIONS_DIR].id]
-    except KeyError:
-        generations = None
-    if isinstance(generations, pygit2.Tree):
+    generations = repo.tree(tree, formats.GENERATIONS_DIR)
+    if generations is not None:
         read.generations_tree = generations
         read.count = len(generations)
         if read.count:
@@ -578,7 +511,7 @@ def _compare_with_history(
         named = _names(obs.record(gen.number))
         if named == gen.commit:
             continue
-        if named is None or lin.repo.get(named) is None:
+        if named is None or lin.repo.commit(named) is None:
             problems.add(
                 "observation-disagrees",
                 f"{paths.observations}: observation {gen.number} names commit {named}, "
@@ -635,7 +568,7 @@ def _interrupted(
     pending = problem = None
     if obs.count == generations + 1:
         pending = _names(obs.last)
-        problem = leftovers.pending_problem(lin.repo, lin.head, pending, obs.count)
+        problem = leftovers.pending_problem(lin.repo.raw, lin.head, pending, obs.count)
     found = leftovers.classify_leftovers(
         generations=generations, observed=obs.count, head=str(lin.head.id),
         newest_observed=not generations or (
@@ -671,211 +604,6 @@ def _damage(paths: LineagePaths, problems: _Problems) -> None:
         problems.add("damaged", f"{lock} was left behind by a git command")
 
 
-class _NewestUnreadable(Exception):
-    """An object a branch's newest commit added does not read whole: a host crash during
-    the last generation can leave one truncated, and libgit2 1.9 loops forever on a
-    truncated loose object (``state.audit_objects``). Observe reads no further."""
-
-
-def _gitlink_target(worktree: Path) -> Path | None:
-    """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
-    dotgit = worktree / ".git"
-    try:
-        with open(dotgit, "rb") as handle:
-            text = handle.read(4096).decode("utf-8")
-    except IsADirectoryError:
-        return dotgit
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    return worktree / text.removeprefix("gitdir:").strip()
-
-
-def _same_place(a: Path, b: Path) -> bool:
-    return os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b)
-
-
-_ENTRY = struct.Struct(">10I20sH")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
-
-
-def _index_entries(data: bytes) -> tuple[list[tuple[str, int, int, int, int, bytes]],
-                                         bytes | None] | None:
-    """Entries (path, mtime s, mtime ns, mode, size, sha1) and the cached root tree id
-    of a version 2/3 index; None for anything this reader does not handle."""
-    if len(data) < 32 or data[:4] != b"DIRC":
-        return None
-    version, count = struct.unpack_from(">II", data, 4)
-    if version not in (2, 3):
-        return None
-    entries = []
-    offset = 12
-    for _ in range(count):
-        (_cs, _cn, ms, mns, _dev, _ino, mode, _uid, _gid, size, sha,
-         flags) = _ENTRY.unpack_from(data, offset)
-        header = 62
-        if flags & 0x4000:  # extended flags (skip-worktree, intent-to-add): not handled
-            return None
-        if (flags >> 12) & 3:  # a conflict stage
-            return None
-        end = data.index(b"\0", offset + header)
-        path = data[offset + header:end].decode("utf-8")
-        entries.append((path, ms, mns, mode, size, sha))
-        offset += (header + len(path.encode("utf-8")) + 8) & ~7
-    root_tree: bytes | None = None
-    while offset + 8 <= len(data) - 20:
-        signature = data[offset:offset + 4]
-        (length,) = struct.unpack_from(">I", data, offset + 4)
-        body = data[offset + 8:offset + 8 + length]
-        if signature == b"TREE" and body.startswith(b"\0"):
-            line_end = body.index(b"\n")
-            counts = body[1:line_end].split(b" ")
-            if counts and int(counts[0]) >= 0:
-                root_tree = body[line_end + 1:line_end + 21]
-        offset += 8 + length
-    return entries, root_tree
-
-
-def _tree_entries(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, tuple[int, bytes]]:
-    """Every blob below ``tree``: path -> (mode, raw id). Iterative (trees may be deep)."""
-    found: dict[str, tuple[int, bytes]] = {}
-    pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
-    while pending:
-        prefix, current = pending.pop()
-        for entry in current:
-            path = prefix + str(entry.name)
-            if entry.filemode == pygit2.GIT_FILEMODE_TREE:
-                sub = repo[entry.id]
-                if not isinstance(sub, pygit2.Tree):
-                    raise KeyError(path)
-                pending.append((path + "/", sub))
-            else:
-                found[path] = (int(entry.filemode), bytes.fromhex(str(entry.id)))
-    return found
-
-
-def _worktree_files(worktree: Path) -> set[str] | None:
-    """Every file and symlink under the worktree (not ``.git``); None past a size limit."""
-    found: set[str] = set()
-    stack = [(worktree, "")]
-    while stack:
-        folder, prefix = stack.pop()
-        with os.scandir(folder) as listing:
-            for item in listing:
-                if not prefix and item.name == ".git":
-                    continue
-                if item.is_dir(follow_symlinks=False):
-                    stack.append((Path(item.path), prefix + item.name + "/"))
-                else:
-                    found.add(prefix + item.name)
-        if len(found) > _FAST_CLEAN_MAX_FILES:
-            return None
-    return found
-
-
-def _provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
-                    head: pygit2.Commit) -> bool:
-    """git's own stat check, read-only: True only when index == HEAD and the worktree
-    matches the index (files whose stat is racy or absent are hashed). False means
-    "cannot tell quickly"; the caller then asks libgit2's status, which is exact.
-
-    Kept beside libgit2 because ``bench/index_bench.py`` shows libgit2 clearly slower
-    where content must be compared: on the index the kernel writes after every
-    generation (from a tree, no stat) and on racy entries, libgit2's status hashes
-    each file on every call and, as observe never writes the index, never stops
-    (about 2-4x slower than this at 5,000 files); and pygit2's ``Index`` exposes no
-    stat data or cached tree, so this reader (``_index_entries``, itself ~10x faster
-    than ``pygit2.Index``) is needed to check at all. Where the recorded stat decides,
-    libgit2 alone is about 2x faster, but it gives up on a worktree nested deeper than
-    100 folders (``tests/kernel_generation/test_hostile.py``), which an organism may
-    publish: so this check runs first in every case.
-    """
-    try:
-        with open(git_dir / "index", "rb") as handle:
-            index_stat = os.fstat(handle.fileno())
-            data = handle.read()
-        parsed = _index_entries(data)
-        if parsed is None:
-            return False
-        entries, root_tree = parsed
-        # (an untracked .gitattributes fails the file-set comparison below)
-        if any(entry[0] == ".gitattributes" or entry[0].endswith("/.gitattributes")
-               for entry in entries):
-            return False
-        if root_tree is None or root_tree.hex() != str(head.tree_id):
-            expected = _tree_entries(repo, head.tree)
-            if {path: (mode, sha) for path, _s, _n, mode, _z, sha in entries} != expected:
-                return False
-        files = _worktree_files(worktree)
-        if files is None or files != {entry[0] for entry in entries}:
-            return False
-        index_time = divmod(index_stat.st_mtime_ns, 1_000_000_000)
-        base = str(worktree)
-        for path, seconds, nanos, mode, size, sha in entries:
-            target = f"{base}/{path}"
-            info = os.lstat(target)
-            if mode == 0o120000:
-                if not stat.S_ISLNK(info.st_mode):
-                    return False
-                content = os.readlink(target).encode("utf-8")
-            elif mode in (0o100644, 0o100755):
-                if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (
-                    mode == 0o100755
-                ):
-                    return False
-                content = b""
-            else:
-                return False
-            # An entry with no stat at all is one libgit2 wrote from a tree (the kernel's
-            # index after every generation): like a racy one, its content decides.
-            unknown = seconds == nanos == size == 0
-            if not unknown and info.st_size & 0xFFFFFFFF != size:
-                return False
-            if not unknown and divmod(info.st_mtime_ns, 1_000_000_000) != (seconds, nanos):
-                return False
-            if unknown or (seconds, nanos) >= index_time or size == 0:  # compare the content
-                if mode != 0o120000:
-                    with open(target, "rb") as handle:
-                        content = handle.read()
-                digest = hashlib.sha1(b"blob %d\0" % len(content) + content,
-                                      usedforsecurity=False).digest()
-                if digest != sha:
-                    return False
-        return True
-    except (OSError, ValueError, KeyError, UnicodeDecodeError, struct.error):
-        return False
-
-
-def _dirty(paths: LineagePaths, lin: _LineageRead, problems: _Problems) -> tuple[str, ...]:
-    target = _gitlink_target(paths.worktree)
-    if target is None:
-        problems.add(
-            "partial-paths",
-            f"{paths.worktree} is not a worktree of {paths.git_dir} (no .git pointer)",
-        )
-        return ()
-    if not _same_place(target, paths.git_dir):
-        problems.add(
-            "partial-paths", f"{paths.worktree}/.git points to {target}, not {paths.git_dir}"
-        )
-        return ()
-    if lin.repo is not None and lin.head is not None and _provably_clean(
-        lin.repo, paths.git_dir, paths.worktree, lin.head
-    ):
-        return ()
-    repo = _open(paths.worktree)
-    if repo is None:
-        problems.add("partial-paths", f"{paths.worktree}: cannot open it as a worktree")
-        return ()
-    try:
-        status = repo.status()
-    except (pygit2.GitError, OSError) as error:
-        problems.add("partial-paths", f"{paths.worktree}: cannot read the worktree: {error}")
-        return ()
-    clean = (pygit2.enums.FileStatus.CURRENT, pygit2.enums.FileStatus.IGNORED)
-    return tuple(sorted(path for path, flags in status.items() if flags not in clean))
-
-
 # ---------------------------------------------------------------- observe
 
 
@@ -909,7 +637,7 @@ def observe(paths: LineagePaths) -> Observed:
             if _fast_agrees(lin, obs):
                 generations = lin.newest_number or 0
                 if lin.newest_gen is not None:
-                    parsed = formats.parse_generation_subject(_subject(lin.newest_gen))
+                    parsed = formats.parse_generation_subject(first_line(lin.newest_gen))
                     status = parsed.status if parsed is not None else None
                     last = GenerationCommit(generations, status, str(lin.newest_gen.id))
                 if lin.root is None:
@@ -929,12 +657,13 @@ def observe(paths: LineagePaths) -> Observed:
             _check_recorded(paths, recorded(), problems)
         _damage(paths, problems)
         if worktree_exists and lin.head is not None and not os.path.islink(paths.worktree):
-            dirty = _dirty(paths, lin, problems)
-    except _NewestUnreadable as error:
+            dirty, problem = worktree_dirty(paths, lin.repo.raw if lin.repo else None, lin.head)
+            if problem is not None:
+                problems.add("partial-paths", problem)
+    except NewestUnreadable as error:
         problems.add("damaged", str(error))
         unreadable = True  # nothing more is read (libgit2 could loop forever on it)
-    except (pygit2.GitError, KeyError, ValueError, OSError, IndexError, TypeError,
-            AttributeError, struct.error) as error:
+    except READ_ERRORS as error:
         # A corrupt object or ref: report it (observe never raises for a damaged lineage).
         problems.add(
             "not-a-lineage",
@@ -956,7 +685,7 @@ def observe(paths: LineagePaths) -> Observed:
     is_lineage = (
         lin.head is not None
         and lin.root is not None
-        and _subject(lin.root) == formats.SEED_SUBJECT
+        and first_line(lin.root) == formats.SEED_SUBJECT
     )
     return Observed(
         paths=paths,
@@ -986,107 +715,3 @@ def observe(paths: LineagePaths) -> Observed:
         probe_coverage=probe_coverage(paths) if observations_exist and not unreadable else {},
         probe_metrics=probe_metrics(paths) if observations_exist and not unreadable else {},
     )
-
-
-def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
-    """How many of the generations up to ``newest`` (at most ``limit``), counting back,
-    had every model call fail (their observations' ``provider_failure``). Never raises."""
-    from reconciler.kernel.base.failures import failed_every_call
-
-    count = 0
-    try:
-        repo = _open(paths.observations)
-        head = _branch_target(repo, paths.observation_branch) if repo is not None else None
-        if repo is None or head is None:
-            return 0
-        for number in range(newest, max(0, newest - limit), -1):
-            record = _json_blob(repo, head.tree, formats.observation_path(number))
-            failure = record.get("provider_failure") if isinstance(record, dict) else None
-            if not failed_every_call(failure if isinstance(failure, dict) else None):
-                break
-            count += 1
-    except (pygit2.GitError, KeyError, ValueError, OSError, _NewestUnreadable) as error:
-        del error  # unreadable history counts as no failures: the probe still guards
-    return count
-
-
-def replay_cursor(paths: LineagePaths, newest: int) -> int | None:
-    """The replies a replay lineage has used through generation ``newest`` (its
-    observation's ``replay_cursor``), or None when unknown. Never raises."""
-    try:
-        repo = _open(paths.observations)
-        head = _branch_target(repo, paths.observation_branch) if repo is not None else None
-        if repo is None or head is None or newest < 1:
-            return None
-        record = _json_blob(repo, head.tree, formats.observation_path(newest))
-    except (pygit2.GitError, KeyError, ValueError, OSError, _NewestUnreadable):
-        return None
-    value = record.get("replay_cursor") if isinstance(record, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-# ---------------------------------------------------------------- status (O(history))
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    """What `ouro status` shows of one lineage: reads every observation."""
-
-    generations: int
-    outcomes: dict[str, int]  # changed / no-change / died (from the lineage commits)
-    death_kinds: dict[str, int]  # process_exit, signal, ... (from observations)
-    accounted_usd: str  # Decimal as text: sum of model_calls accounted_usd
-    last_journal_heading: str | None
-    lineage_head: str | None
-    observation_head: str | None
-    observed_generations: int
-    problems: tuple[str, ...]
-    model_failures: int = 0  # generations whose observation records a provider_failure
-    last_model_failure: dict[str, Any] | None = None  # the newest generation's, if it failed
-    generation_running: tuple[str, ...] = ()  # a generation running now (not a problem)
-
-
-def read_status(paths: LineagePaths, observed: Observed,
-                cache_dir: Path | None = None) -> StatusReport:
-    """Outcomes, death kinds and spend over the whole history. Never raises.
-
-    Derived from the lineage's summary (``reconciler.state.summaries``), which is
-    cached in ``cache_dir`` (when given) and extended incrementally.
-    """
-    from reconciler.state.summaries import Totals, totals
-
-    # The branches observe read: the lineage's own, even when the spec names another.
-    read = replace(
-        paths,
-        branch=observed.branches_read.get("lineage") or paths.branch,
-        observation_branch=observed.branches_read.get("observation") or paths.observation_branch,
-    )
-    summary = Totals(0, {}, {}, 0, Decimal(0), None, None, None) if observed.newest_unreadable \
-        else totals(read, cache_dir, newest_checked=True)  # else: read nothing
-    # a generation running now is not a problem: status shows it as running
-    problems = [p.message for p in observed.problems if p.code != "generation-running"] \
-        + list(summary.problems)
-    running = tuple(p.message for p in observed.problems if p.code == "generation-running")
-    return StatusReport(
-        generations=summary.generations if summary.lineage_head else observed.generations,
-        outcomes=summary.outcomes,
-        death_kinds=summary.death_kinds,
-        accounted_usd=str(summary.spend_usd),
-        last_journal_heading=summary.journal_heading,
-        lineage_head=observed.lineage_head,
-        observation_head=observed.observation_head,
-        observed_generations=observed.observed_generations,
-        problems=tuple(dict.fromkeys(problems)),
-        generation_running=running,
-        model_failures=summary.model_failures,
-        last_model_failure=_last_failure(observed.last_observation),
-    )
-
-
-def _last_failure(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The newest generation's ``provider_failure``, with its ``generation``, or None."""
-    failure = record.get("provider_failure") if isinstance(record, dict) else None
-    if not isinstance(failure, dict):
-        return None
-    number = record.get("generation") if isinstance(record, dict) else None
-    return dict(failure, generation=number if isinstance(number, int) else None)

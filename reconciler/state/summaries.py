@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
@@ -40,9 +40,9 @@ from typing import Any
 
 import pygit2
 
+from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
-from reconciler.state.audit_objects import newest_damage
 from reconciler.state.cachefile import (
     MAC_FIELD,
     CacheSeal,
@@ -51,6 +51,15 @@ from reconciler.state.cachefile import (
     write_cache,
 )
 from reconciler.state.ran_with import kernel_run
+from reconciler.state.repos import (
+    READ_ERRORS,
+    NewestUnreadable,
+    Repo,
+    Unreadable,
+    first_line,
+    observation_name,
+    open_repo,
+)
 
 __all__ = [
     "CACHE_DIR",
@@ -69,8 +78,6 @@ __all__ = [
 SUMMARY_SCHEMA = "ouro-lineage-summary/v3"
 CACHE_DIR = ".summaries"
 MAX_CODE = 200  # a model failure's code beyond this is cut (a foreign record may hold anything)
-_NO_SEARCH = pygit2.enums.RepositoryOpenFlag.NO_SEARCH
-_BARE = _NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
 
 
 @dataclass(frozen=True)
@@ -271,10 +278,6 @@ def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _subject(commit: pygit2.Commit) -> str:
-    return str(commit.message).split("\n", 1)[0]
-
-
 def _diffstat(subject: str) -> tuple[int | None, int | None, int | None]:
     """(organism added, deleted, paths) from a ``gen N: changed (...)`` subject."""
     inner = subject.partition("(")[2].rpartition(")")[0]
@@ -295,16 +298,16 @@ def _leading_int(text: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _organism_bytes(repo: pygit2.Repository, commit: pygit2.Commit) -> int | None:
+def _organism_bytes(repo: Repo, commit: pygit2.Commit) -> int | None:
     try:
         entry = commit.tree[ORGANISM_FILE]
-        kind, size = repo.odb.read_header(entry.id)
+        kind, size = repo.raw.odb.read_header(entry.id)
     except (KeyError, pygit2.GitError, ValueError):
         return None
     return int(size) if kind == pygit2.enums.ObjectType.BLOB else None
 
 
-def _size(repo: pygit2.Repository, commit: pygit2.Commit, added: int | None,
+def _size(repo: Repo, commit: pygit2.Commit, added: int | None,
           deleted: int | None, edits_before: int, previous: GenerationRow | None) -> int | None:
     """organism.el's size at a generation's commit. Read from the tree only when it may
     have changed: a generation that changed nothing of it, right after the previous
@@ -317,7 +320,7 @@ def _size(repo: pygit2.Repository, commit: pygit2.Commit, added: int | None,
     return _organism_bytes(repo, commit)
 
 
-def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, subject: str, number: int,
+def _commit_row(repo: Repo, commit: pygit2.Commit, subject: str, number: int,
                 edits_before: int, previous: GenerationRow | None, sized: bool,
                 record: Mapping[str, Any] | None = None) -> GenerationRow:
     """A generation's row, built once: the commit's part (``subject`` is its first line),
@@ -335,13 +338,13 @@ def _commit_row(repo: pygit2.Repository, commit: pygit2.Commit, subject: str, nu
     )
 
 
-def _with_sizes(repo: pygit2.Repository, rows: Sequence[GenerationRow]) -> list[GenerationRow]:
+def _with_sizes(repo: Repo, rows: Sequence[GenerationRow]) -> list[GenerationRow]:
     """Rows derived without sizes (for status), given their organism sizes."""
     sized: list[GenerationRow] = []
     for row in rows:
-        commit = repo.get(row.lineage_commit)
-        if not isinstance(commit, pygit2.Commit):
-            raise KeyError(row.lineage_commit)
+        commit = repo.commit(row.lineage_commit)
+        if commit is None:
+            raise Unreadable(f"{repo.place}: commit {row.lineage_commit} is missing")
         size = _size(repo, commit, row.organism_added, row.organism_deleted,
                      row.external_edits_before, sized[-1] if sized else None)
         sized.append(replace(row, organism_bytes=size))
@@ -351,84 +354,26 @@ def _with_sizes(repo: pygit2.Repository, rows: Sequence[GenerationRow]) -> list[
 # ---------------------------------------------------------------- repositories
 
 
-def _open(path: Path, flags: pygit2.enums.RepositoryOpenFlag) -> pygit2.Repository | None:
-    if not os.path.lexists(path):
-        return None
-    try:
-        return pygit2.Repository(str(path), flags)
-    except (pygit2.GitError, KeyError, ValueError, OSError):
-        return None
-
-
-def _head_id(repo: pygit2.Repository | None, branch: str) -> str | None:
-    """The branch's commit id, from the ref alone (no object is read)."""
-    if repo is None:
-        return None
-    try:
-        target = repo.lookup_reference(f"refs/heads/{branch}").resolve().target
-    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
-        return None
-    return str(target) if isinstance(target, pygit2.Oid) else None
-
-
-def _head(repo: pygit2.Repository | None, branch: str) -> pygit2.Commit | None:
-    if repo is None:
-        return None
-    try:
-        ref = repo.lookup_reference(f"refs/heads/{branch}").resolve()
-        commit = repo.get(ref.target)
-    except (KeyError, pygit2.GitError, pygit2.InvalidSpecError, ValueError):
-        return None
-    return commit if isinstance(commit, pygit2.Commit) else None
-
-
-def _first_parents(repo: pygit2.Repository, start: pygit2.Commit) -> Iterator[pygit2.Commit]:
-    """``start`` and its first parents, newest first (libgit2's first-parent walk)."""
-    walker = repo.walk(start.id, pygit2.enums.SortMode.NONE)
-    walker.simplify_first_parent()
-    yield from walker
-
-
-def _json_of(repo: pygit2.Repository, oid: pygit2.Oid) -> Any:
-    """A blob's JSON, read once through the object database (looking the blob up as an
-    object and then reading its data inflates a loose object twice)."""
-    try:
-        kind, data = repo.odb.read(oid)
-    except KeyError as missing:  # NotFoundError too
-        raise ValueError("missing") from missing
-    if kind != pygit2.enums.ObjectType.BLOB:
-        raise ValueError("not a file")
-    return json.loads(data)  # UTF-8 bytes: json decodes them
-
-
-def _subtree(repo: pygit2.Repository, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
-    try:
-        sub = repo.get(tree[name].id)
-    except KeyError:
-        return None
-    return sub if isinstance(sub, pygit2.Tree) else None
-
-
-def _observation(repo: pygit2.Repository, folder: Mapping[str, pygit2.Oid],
+def _observation(repo: Repo, folder: Mapping[str, pygit2.Oid],
                  number: int, problems: list[str]) -> dict[str, Any] | None:
-    name = formats.observation_path(number).split("/", 1)[1]
+    name = observation_name(number)
     if name not in folder:
         return None
     try:
-        record = _json_of(repo, folder[name])
-    except (ValueError, UnicodeDecodeError):
+        record = repo.json_of(folder[name], name)
+    except StateError:
         problems.append(f"{formats.GENERATIONS_DIR}/{name} is unreadable")
         return None
     return record if isinstance(record, dict) else None
 
 
-def _interrupted_usd(repo: pygit2.Repository, tree: pygit2.Tree, problems: list[str]) -> Decimal:
-    folder = _subtree(repo, tree, formats.INTERRUPTED_DIR)
+def _interrupted_usd(repo: Repo, tree: pygit2.Tree, problems: list[str]) -> Decimal:
+    folder = repo.tree(tree, formats.INTERRUPTED_DIR)
     total = Decimal(0)
     for entry in folder if folder is not None else []:
         try:
-            record = _json_of(repo, entry.id)
-        except (ValueError, UnicodeDecodeError):
+            record = repo.json_of(entry.id, str(entry.name))
+        except StateError:
             problems.append(f"{formats.INTERRUPTED_DIR}/{entry.name} is unreadable")
             continue
         if isinstance(record, dict):
@@ -436,9 +381,9 @@ def _interrupted_usd(repo: pygit2.Repository, tree: pygit2.Tree, problems: list[
     return total
 
 
-def _journal_heading(repo: pygit2.Repository, commit: pygit2.Commit) -> str | None:
+def _journal_heading(repo: Repo, commit: pygit2.Commit) -> str | None:
     try:
-        blob = repo.get(commit.tree[JOURNAL_FILE].id)
+        blob = repo.raw.get(commit.tree[JOURNAL_FILE].id)
     except KeyError:
         return None
     if not isinstance(blob, pygit2.Blob):
@@ -600,7 +545,7 @@ class _Walk:
     resumed: bool = False
 
 
-def _walk(repo: pygit2.Repository, head: pygit2.Commit,
+def _walk(repo: Repo, head: pygit2.Commit,
           cached: LineageSummary | None) -> _Walk:
     """Generation commits after the cached head (all of them if the cache does not apply)."""
     stop = cached.lineage_head if cached is not None else None
@@ -609,11 +554,11 @@ def _walk(repo: pygit2.Repository, head: pygit2.Commit,
     between: list[int] = []  # non-generation commits after each newest-first commit
     pending = 0
     resumed = False
-    for commit in _first_parents(repo, head):
+    for commit in repo.first_parents(head):
         if stop is not None and str(commit.id) == stop:
             resumed = True
             break
-        subject = _subject(commit)
+        subject = first_line(commit)
         if formats.is_generation_subject(subject):
             newest_first.append(commit)
             subjects.append(subject)
@@ -634,19 +579,19 @@ def _walk(repo: pygit2.Repository, head: pygit2.Commit,
     return walk
 
 
-def _resumable(repo: pygit2.Repository, cached: LineageSummary, walk: _Walk,
-               obs_repo: pygit2.Repository | None, obs_head: pygit2.Commit | None) -> bool:
+def _resumable(repo: Repo, cached: LineageSummary, walk: _Walk,
+               obs_repo: Repo | None, obs_head: pygit2.Commit | None) -> bool:
     """The cache is a prefix of today's history: check the newest cached generation's
     commit is the generation commit at or before the cached head, and the cached
     observation head is an ancestor of today's."""
     if not walk.resumed or cached.lineage_head is None:
         return False
     if cached.rows:
-        start = repo.get(cached.lineage_head)
-        if not isinstance(start, pygit2.Commit):
+        start = repo.commit(cached.lineage_head)
+        if start is None:
             return False
-        newest = next((commit for commit in _first_parents(repo, start)
-                       if formats.is_generation_subject(_subject(commit))), None)
+        newest = next((commit for commit in repo.first_parents(start)
+                       if formats.is_generation_subject(first_line(commit))), None)
         if newest is None or str(newest.id) != cached.rows[-1].lineage_commit:
             return False
     if cached.observation_head is None or obs_head is None or obs_repo is None:
@@ -654,30 +599,35 @@ def _resumable(repo: pygit2.Repository, cached: LineageSummary, walk: _Walk,
     if cached.observation_head == str(obs_head.id):
         return True
     try:
-        return bool(obs_repo.descendant_of(obs_head.id, pygit2.Oid(hex=cached.observation_head)))
-    except (ValueError, KeyError, pygit2.GitError):
+        return bool(obs_repo.raw.descendant_of(obs_head.id,
+                                               pygit2.Oid(hex=cached.observation_head)))
+    except READ_ERRORS:
         return False
 
 
 def heads(paths: LineagePaths) -> tuple[str | None, str | None]:
     """The lineage branch head and the observation branch head (commit ids), cheaply: from
     the refs alone, so that no object is read (``_summarize`` checks before it reads)."""
-    try:
-        return (_head_id(_open(paths.git_dir, _BARE), paths.branch),
-                _head_id(_open(paths.observations, _NO_SEARCH), paths.observation_branch))
-    except (pygit2.GitError, KeyError, ValueError, OSError):
-        return None, None
+    return _head_ids(open_repo(paths.git_dir, bare=True), open_repo(paths.observations), paths)
+
+
+def _head_ids(repo: Repo | None, obs_repo: Repo | None,
+              paths: LineagePaths) -> tuple[str | None, str | None]:
+    ids = (repo.head_id(paths.branch) if repo is not None else None,
+           obs_repo.head_id(paths.observation_branch) if obs_repo is not None else None)
+    return (str(ids[0]) if ids[0] is not None else None,
+            str(ids[1]) if ids[1] is not None else None)
 
 
 def totals(paths: LineagePaths, cache_dir: Path | None = None, *,
-           newest_checked: bool = False) -> Totals:
+           whole: tuple[str | None, str | None] = (None, None)) -> Totals:
     """The lineage's totals: the cache's header when its heads are today's (the rows
     are not read), else from ``summarize`` (which extends or rebuilds the cache).
-    ``newest_checked``: observe has just checked what the newest commits added."""
+    ``whole``: the heads observe has just found whole (not checked again)."""
     cached = _load_totals(cache_dir, paths)
     if cached is not None and (cached.lineage_head, cached.observation_head) == heads(paths):
         return cached
-    return totals_of(_guarded(paths, cache_dir, sized=False, newest_checked=newest_checked))
+    return totals_of(_guarded(paths, cache_dir, sized=False, whole=whole))
 
 
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:
@@ -688,11 +638,15 @@ def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSumm
 
 
 def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool,
-             newest_checked: bool = False) -> LineageSummary:
+             whole: tuple[str | None, str | None] = (None, None)) -> LineageSummary:
     try:
-        return _summarize(paths, cache_dir, sized, newest_checked)
-    except (pygit2.GitError, KeyError, ValueError, OSError, TypeError, AttributeError,
-            IndexError) as error:
+        return _summarize(paths, cache_dir, sized, whole)
+    except NewestUnreadable as error:
+        return LineageSummary(
+            name=paths.name, rows=(), lineage_head=None, observation_head=None,
+            interrupted_usd="0", journal_heading=None, trailing_edits=0,
+            problems=(f"lineage {paths.label}: its repositories cannot be read: {error}",))
+    except READ_ERRORS as error:
         return LineageSummary(
             name=paths.name, rows=(), lineage_head=None, observation_head=None,
             interrupted_usd="0", journal_heading=None, trailing_edits=0,
@@ -702,27 +656,19 @@ def _guarded(paths: LineagePaths, cache_dir: Path | None, *, sized: bool,
 
 
 def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool,
-               newest_checked: bool = False) -> LineageSummary:
+               whole: tuple[str | None, str | None]) -> LineageSummary:
     """See ``summarize``. ``sized``: derive organism sizes (status does not need them;
     a cache without them is completed, not rebuilt, when rows are asked for).
-    ``newest_checked``: what the newest commits added was just checked (by observe)."""
-    repo = _open(paths.git_dir, _BARE)
-    obs_repo = _open(paths.observations, _NO_SEARCH)
+    ``whole``: the heads observe just found whole (``Repo.head`` checks any other)."""
+    repo = open_repo(paths.git_dir, bare=True)
+    obs_repo = open_repo(paths.observations)
     cached = _load_cache(cache_dir, paths)
     if cached is not None and (cached.sized or not sized) and (
-            cached.lineage_head, cached.observation_head) == (
-            _head_id(repo, paths.branch), _head_id(obs_repo, paths.observation_branch)):
+            cached.lineage_head, cached.observation_head) == _head_ids(repo, obs_repo, paths):
         return cached  # nothing read but the refs and the cache
-    # objects are read from here on: libgit2 must never meet a truncated loose object
-    damage = [] if newest_checked else newest_damage(paths)
-    if damage:
-        return LineageSummary(
-            name=paths.name, rows=(), lineage_head=None, observation_head=None,
-            interrupted_usd="0", journal_heading=None, trailing_edits=0,
-            problems=tuple(f"lineage {paths.label}: its repositories cannot be read: {message}"
-                           for message in damage))
-    head = _head(repo, paths.branch)
-    obs_head = _head(obs_repo, paths.observation_branch)
+    # objects are read from here on: Repo.head checks what the newest commits added
+    head = repo.head(paths.branch, whole=whole[0]) if repo is not None else None
+    obs_head = obs_repo.head(paths.observation_branch, whole=whole[1]) if obs_repo else None
     heads = (str(head.id) if head else None, str(obs_head.id) if obs_head else None)
     if repo is None or head is None:
         if not os.path.lexists(paths.git_dir):
@@ -745,7 +691,7 @@ def _summarize(paths: LineagePaths, cache_dir: Path | None, sized: bool,
     interrupted = Decimal(0)
     folder: dict[str, pygit2.Oid] = {}
     if obs_repo is not None and obs_head is not None:
-        tree = _subtree(obs_repo, obs_head.tree, formats.GENERATIONS_DIR)
+        tree = obs_repo.tree(obs_head.tree, formats.GENERATIONS_DIR)
         folder = {str(entry.name): entry.id for entry in tree} if tree is not None else {}
         for index, row in enumerate(base):  # observations are append-only (the cached
             if not row.observed:            # head is an ancestor): only the missing ones

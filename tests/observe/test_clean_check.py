@@ -14,7 +14,7 @@ import pytest
 from reconciler.kernel.base.config import Identity, LineagePaths
 from reconciler.kernel.base.identity import fingerprint
 from reconciler.kernel.transaction import lineage, publish
-from reconciler.state import observe as observe_module
+from reconciler.state import worktree
 from reconciler.state.observe import observe
 
 
@@ -30,7 +30,7 @@ def born(tmp_path: Path) -> LineagePaths:
 def _fast(paths: LineagePaths) -> bool:
     repo = pygit2.Repository(str(paths.git_dir))
     head = repo.revparse_single(f"refs/heads/{paths.branch}").peel(pygit2.Commit)
-    return observe_module._provably_clean(repo, paths.git_dir, paths.worktree, head)
+    return worktree.provably_clean(repo, paths.git_dir, paths.worktree, head)
 
 
 def _libgit2_dirty(paths: LineagePaths) -> bool:
@@ -50,7 +50,7 @@ def test_a_kernel_written_index_is_decided_by_content(born: LineagePaths) -> Non
     new = repo[commit]
     assert isinstance(new, pygit2.Commit)
     publish.set_index(repo, new.tree)
-    entries, _ = observe_module._index_entries((born.git_dir / "index").read_bytes()) or ([], 0)
+    entries, _ = worktree.index_entries((born.git_dir / "index").read_bytes()) or ([], 0)
     assert [e[0] for e in entries if e[1] == e[2] == e[4] == 0] == ["notes.txt"]
     assert _fast(born) and not observe(born).dirty and not _libgit2_dirty(born)
     (born.worktree / "notes.txt").write_text("a human's nope\n")  # same size, no stat

@@ -14,7 +14,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.state import observe as observe_module
+from reconciler.state import worktree
 from reconciler.state.observe import observe
 from tests.observe.builder import LineageBuilder
 
@@ -30,7 +30,7 @@ def _fast(builder: LineageBuilder) -> bool:
                              pygit2.enums.RepositoryOpenFlag.BARE)
     head = repo[repo.references[f"refs/heads/{builder.paths.branch}"].target]
     assert isinstance(head, pygit2.Commit)
-    return observe_module._provably_clean(repo, builder.paths.git_dir,
+    return worktree.provably_clean(repo, builder.paths.git_dir,
                                           builder.paths.worktree, head)
 
 

@@ -337,7 +337,7 @@ def test_status_spend_counts_discarded_attempts_too(tmp_path: Path) -> None:
     import json
 
     from reconciler.kernel.base import formats
-    from reconciler.state.observe import read_status
+    from reconciler.state.status import read_status
 
     call = {"accounted_usd": "0.10"}
     builder = LineageBuilder(tmp_path)

@@ -9,14 +9,15 @@ import pytest
 from reconciler import plan
 from reconciler.plan import saved as planfile
 from reconciler.report import render
-from reconciler.state import observe
+from reconciler.state import observe, status
 
 
 @pytest.mark.parametrize(
     ("module", "names"),
     [
         (observe, {"INTENT_MARKER", "GenerationCommit", "Interrupted", "Observed", "ReadProblem",
-                   "StatusReport", "observe", "read_status"}),
+                   "observe"}),
+        (status, {"StatusReport", "read_status"}),
         (plan, {"ACTIONS", "REASONS", "Change", "LineagePlan", "ObservedState", "Plan",
                 "PlanSpec", "Refusal", "changes_against", "desired_generations", "make_plan",
                 "plan_lineage", "refusals"}),

@@ -18,7 +18,8 @@ from reconciler.plan import LineagePlan, plan_lineage
 from reconciler.spec.load import load_specs
 from reconciler.state import instrument
 from reconciler.state.branches import recorded_branches, spec_paths
-from reconciler.state.observe import observe, read_status
+from reconciler.state.observe import observe
+from reconciler.state.status import read_status
 from tests.inprocess import ouro
 from tests.plan.helpers import spec_yaml, write_specs
 from tests.plan.original import ORIGINAL, folder_paths, peer

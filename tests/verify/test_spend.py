@@ -17,7 +17,8 @@ import pytest
 
 from reconciler.kernel.base import formats
 from reconciler.state.audit import accounted_spend, audit_lineage
-from reconciler.state.observe import observe, read_status
+from reconciler.state.observe import observe
+from reconciler.state.status import read_status
 from tests.plan.original import peer
 from tests.verify.test_audit import fixture_paths
 
