@@ -36,6 +36,7 @@ def plan_command(
     from reconciler.spec.select import select as choose
     from reconciler.state import instrument
     from reconciler.state.branches import spec_paths
+    from reconciler.state.fleet import summary_cache_dir
     from reconciler.state.observe import observe
     from reconciler.state.preflight import provider_problem
 
@@ -48,7 +49,8 @@ def plan_command(
     except SelectorError as error:
         raise OuroError(f"ouro plan: {error}") from None
     identity = instrument.current()
-    plan = plan_fleet([(spec, observe(spec_paths(spec))) for spec in specs], identity,
+    cache = summary_cache_dir(state_dir)
+    plan = plan_fleet([(spec, observe(spec_paths(spec), cache)) for spec in specs], identity,
                       default_store(state_dir), preflight=provider_problem,
                       orphans=set_orphans(loaded, specs, state_dir))
     if out is not None:

@@ -63,7 +63,7 @@ def status_command(
     store = default_store(state_dir)
     lines = []
     for named in found:
-        observed = observe(named.paths)
+        observed = observe(named.paths, cache)
         lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
                                 paths=named.paths, labels=named.labels,
                                 running=observed.running,

@@ -20,9 +20,9 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pygit2
 
@@ -39,19 +39,27 @@ from reconciler.kernel.base.refusals import ProblemCode
 from reconciler.kernel.transaction import leftovers
 from reconciler.kernel.transaction.publish import ref_locks
 from reconciler.kernel.transaction.recovery import marker_alive
+from reconciler.state import observed_cache
 from reconciler.state.branches import Recorded, names_another, recorded_branches
-from reconciler.state.holders import Holder, held_by
+from reconciler.state.holders import held_by
+from reconciler.state.observed import (
+    GenerationCommit,
+    Interrupted,
+    InterruptedKind,
+    Observed,
+    ReadProblem,
+)
 from reconciler.state.probes import coverage as probe_coverage
 from reconciler.state.probes import metrics as probe_metrics
 from reconciler.state.repos import (
     READ_ERRORS,
     Absent,
+    Lineage,
     NewestUnreadable,
     Repo,
     Unreadable,
     first_line,
     observation_name,
-    open_repo,
 )
 from reconciler.state.worktree import dirty as worktree_dirty
 
@@ -66,101 +74,6 @@ __all__ = [
 
 INTENT_MARKER = formats.MARKER_FILE  # the kernel's name, kept under this module's spelling
 _MAX_DIRTY_LISTED = 20
-
-InterruptedKind = Literal["roll-forward", "discard", "cleanup"]
-
-
-@dataclass(frozen=True)
-class ReadProblem:
-    """Something that makes the lineage unsafe to extend; ``code`` is the refusal reason."""
-
-    code: ProblemCode
-    message: str
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """Leftovers of an interrupted generation (see INTERFACES.md, the transaction).
-
-    ``roll-forward``: an observation names commit C whose parent is the branch
-    head (publish it); ``discard``: an intent marker with no observation naming
-    its commit (drop it, the generation re-runs); ``cleanup``: everything was
-    published, only the marker (and maybe the worktree) is left.
-    """
-
-    kind: InterruptedKind
-    generation: int | None
-    lineage_commit: str | None
-    phase: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class GenerationCommit:
-    number: int
-    status: formats.Status | None
-    commit: str
-
-
-@dataclass(frozen=True)
-class Observed:
-    """One lineage as its repositories show it now."""
-
-    paths: LineagePaths
-    worktree_exists: bool
-    git_dir_exists: bool
-    observations_exist: bool
-    is_lineage: bool  # the git dir is a repository whose branch descends from a `seed` root
-    root_commit: str | None
-    lineage_metadata: dict[str, Any] | None
-    observation_metadata: dict[str, Any] | None
-    lineage_head: str | None
-    observation_head: str | None
-    head_branch: str | None  # the branch the lineage git dir's HEAD names
-    generations: int  # generation commits on the branch (first-parent)
-    last_generation: GenerationCommit | None
-    observed_generations: int  # generations/NNNN.json files on the observation branch
-    last_observation: dict[str, Any] | None
-    dirty: bool
-    dirty_paths: tuple[str, ...]
-    interrupted: Interrupted | None
-    problems: tuple[ReadProblem, ...]
-    full_walk: bool  # the whole first-parent history had to be read
-    # The branches read: ``paths``' own, or (when the spec names a branch that does not
-    # exist) the ones holding the lineage, so that a refused lineage still shows itself.
-    branches_read: dict[str, str | None] = field(default_factory=dict)
-    held_by: Holder | None = None  # another process holds the lineage's apply lock
-    # An object the newest commits added does not read whole: nothing else was read, and
-    # nothing may read the histories through libgit2 (``state.audit_objects``).
-    newest_unreadable: bool = False
-    # digest -> generations with a probe record (``reconciler.state.probes``)
-    probe_coverage: dict[str, frozenset[int]] = field(default_factory=dict)
-    # digest -> generation -> metrics (None: a probe failure): what ``spec.until`` reads
-    probe_metrics: dict[str, dict[int, dict[str, Any] | None]] = field(default_factory=dict)
-
-    @property
-    def running(self) -> str | None:
-        """"running in apply pid N on HOST, generation K" while another apply holds it."""
-        if self.held_by is None:
-            return None
-        interrupted = self.interrupted.generation if self.interrupted is not None else None
-        return self.held_by.running(interrupted or self.generations + 1)
-
-    @property
-    def any_exists(self) -> bool:
-        return self.worktree_exists or self.git_dir_exists or self.observations_exist
-
-    @property
-    def all_exist(self) -> bool:
-        return self.worktree_exists and self.git_dir_exists and self.observations_exist
-
-    @property
-    def last_status(self) -> formats.Status | None:
-        return self.last_generation.status if self.last_generation else None
-
-    def problem(self, code: ProblemCode) -> ReadProblem | None:
-        return next((p for p in self.problems if p.code == code), None)
-
 
 # ---------------------------------------------------------------- helpers
 
@@ -247,10 +160,10 @@ class _LineageRead:
 
 
 def _read_lineage_repo(
-    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
+    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded],
+    repo: Repo | None,
 ) -> _LineageRead:
     read = _LineageRead()
-    repo = open_repo(paths.git_dir, bare=True)
     if repo is None:
         problems.add("not-a-lineage", f"{paths.git_dir} exists but is not a git repository")
         return read
@@ -400,10 +313,10 @@ class _ObservationRead:
 
 
 def _read_observation_repo(
-    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded]
+    paths: LineagePaths, problems: _Problems, recorded: Callable[[], Recorded],
+    repo: Repo | None,
 ) -> _ObservationRead:
     read = _ObservationRead()
-    repo = open_repo(paths.observations)
     where = paths.observations
     if repo is None:
         problems.add("not-a-lineage", f"{where} exists but is not a git repository")
@@ -607,8 +520,53 @@ def _damage(paths: LineagePaths, problems: _Problems) -> None:
 # ---------------------------------------------------------------- observe
 
 
-def observe(paths: LineagePaths) -> Observed:
+def observe(paths: LineagePaths, cache_dir: Path | None = None) -> Observed:
     """Read a lineage's three places. Never raises for a damaged lineage: it reports.
+
+    With ``cache_dir`` (the summaries' folder of the state dir), a lineage found whole
+    and in order is kept there by its heads (``state.observed_cache``), and observed
+    again from that record while its refs are unchanged: only what lives outside the
+    objects (the marker, ref locks, the lock's holder, the worktree) is read again.
+    """
+    if cache_dir is None:
+        return _observe(paths, Lineage(paths))
+    opened = Lineage(paths)
+    found = observed_cache.heads(paths, opened)
+    cached = observed_cache.recall(cache_dir, paths, found)
+    live = _live(cached, opened) if cached is not None else None
+    if live is not None:
+        return live
+    observed = _observe(paths, opened)
+    if (found.lineage, found.observation) == (observed.lineage_head,
+                                              observed.observation_head):
+        observed_cache.remember(cache_dir, observed, found)  # read at ``found``: keep it
+    return observed
+
+
+def _live(cached: Observed, opened: Lineage) -> Observed | None:
+    """A cached observation with what lives outside the objects read now; None when any
+    of it is not as the record assumes (then the lineage is observed in full)."""
+    paths = cached.paths
+    try:
+        if not (_exists(paths.worktree) and _exists(paths.git_dir)
+                and _exists(paths.observations)) or os.path.islink(paths.worktree) \
+                or _read_marker(paths.git_dir)[0] or ref_locks(paths):
+            return None
+        repo = opened.lineage
+        head = repo.head(paths.branch, whole=cached.lineage_head) if repo else None
+        if repo is None or head is None or str(head.id) != cached.lineage_head:
+            return None
+        dirty, problem = worktree_dirty(paths, repo.raw, head)
+    except READ_ERRORS:
+        return None
+    return replace(
+        cached, dirty=bool(dirty), dirty_paths=dirty[:_MAX_DIRTY_LISTED],
+        problems=(ReadProblem("partial-paths", problem),) if problem is not None else (),
+        held_by=held_by(paths.git_dir))
+
+
+def _observe(paths: LineagePaths, opened: Lineage) -> Observed:
+    """``observe``, reading everything (``opened``: the lineage's repositories).
 
     Longer than 80 lines because it is one pass over the three places in a fixed
     order (the fast check, else the full walk; the root, leftovers, the worktree),
@@ -630,9 +588,9 @@ def observe(paths: LineagePaths) -> Observed:
     try:
         recorded = functools.cache(lambda: recorded_branches(paths))  # read only if needed
         if git_dir_exists:
-            lin = _read_lineage_repo(paths, problems, recorded)
+            lin = _read_lineage_repo(paths, problems, recorded, opened.lineage)
         if observations_exist:
-            obs = _read_observation_repo(paths, problems, recorded)
+            obs = _read_observation_repo(paths, problems, recorded, opened.observations)
         if lin.repo is not None and lin.head is not None:
             if _fast_agrees(lin, obs):
                 generations = lin.newest_number or 0
@@ -712,6 +670,8 @@ def observe(paths: LineagePaths) -> Observed:
                        "observation": obs.branch if obs.head is not None else None},
         held_by=held_by(paths.git_dir),
         newest_unreadable=unreadable,
-        probe_coverage=probe_coverage(paths) if observations_exist and not unreadable else {},
-        probe_metrics=probe_metrics(paths) if observations_exist and not unreadable else {},
+        probe_coverage=probe_coverage(paths, obs.repo) if observations_exist and not unreadable
+        else {},
+        probe_metrics=probe_metrics(paths, obs.repo) if observations_exist and not unreadable
+        else {},
     )

@@ -62,8 +62,10 @@ class ProbeRecord:
     probe: dict[str, Any]  # the digest's probe.json
 
 
-def _head_tree(paths: LineagePaths) -> tuple[Repo, pygit2.Tree] | None:
-    repo = open_repo(paths.observations)
+def _head_tree(paths: LineagePaths,
+               repo: Repo | None = None) -> tuple[Repo, pygit2.Tree] | None:
+    """The probe branch's tree (``repo``: the observations, when already opened)."""
+    repo = open_repo(paths.observations) if repo is None else repo
     try:
         head = repo.head(probe_branch(paths.branch)) if repo is not None else None
     except StateError:
@@ -103,9 +105,11 @@ def head(paths: LineagePaths) -> str | None:
     return str(found) if found is not None else None
 
 
-def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
-    """digest -> the generations it has a record of (empty: no branch, unreadable)."""
-    found = _head_tree(paths)
+def coverage(paths: LineagePaths,
+             repo: Repo | None = None) -> dict[str, frozenset[int]]:
+    """digest -> the generations it has a record of (empty: no branch, unreadable);
+    ``repo``: the observations, when already opened."""
+    found = _head_tree(paths, repo)
     if found is None:
         return {}
     repo, tree = found
@@ -116,9 +120,9 @@ def coverage(paths: LineagePaths) -> dict[str, frozenset[int]]:
         return {}
 
 
-def records(paths: LineagePaths) -> list[ProbeRecord]:
+def records(paths: LineagePaths, repo: Repo | None = None) -> list[ProbeRecord]:
     """Every readable record, by digest then generation."""
-    found = _head_tree(paths)
+    found = _head_tree(paths, repo)
     if found is None:
         return []
     repo, tree = found
@@ -148,10 +152,11 @@ def generation_commits(paths: LineagePaths) -> list[str]:
     return found
 
 
-def metrics(paths: LineagePaths) -> dict[str, dict[int, dict[str, Any] | None]]:
+def metrics(paths: LineagePaths,
+            repo: Repo | None = None) -> dict[str, dict[int, dict[str, Any] | None]]:
     """digest -> generation -> its metrics (None: a probe failure or an unreadable record)."""
     found: dict[str, dict[int, dict[str, Any] | None]] = {}
-    for item in records(paths):
+    for item in records(paths, repo):
         value = item.record.get("metrics")
         ok = item.record.get("failure") is None and isinstance(value, dict)
         found.setdefault(item.digest, {})[item.generation] = value if ok else None

@@ -1,0 +1,160 @@
+"""What observe found of an in-sync lineage, cached by its heads: observe without reading.
+
+Rule: a cache, never the state. A record is kept only for a lineage observe found
+whole and in order (its three places present, no problem, nothing interrupted, the
+fast check sufficient), and is believed only while every ref it was read from names
+what it named then: the lineage branch, the observation branch, the probe branch and
+both repositories' HEAD (``Heads``), for the same places and branches (the key of
+``state.summaries``). What is not in the repositories' objects is never cached and is
+read every time by observe: the intent marker, leftover ref locks, the apply lock's
+holder and the worktree. Records are sealed with the state dir's MAC
+(``state.cachefile``): one anyone else wrote, one that does not check, or one of an
+older schema is ignored (observe reads the lineage and writes it again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from decimal import InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from reconciler.kernel.base.config import LineagePaths
+from reconciler.state.cachefile import CacheSeal, cache_seal, write_cache
+from reconciler.state.observed import GenerationCommit, Observed
+from reconciler.state.probes import probe_branch
+from reconciler.state.repos import Lineage
+from reconciler.state.summaries import cache_key
+
+__all__ = ["Heads", "heads", "recall", "remember"]
+
+SCHEMA = "ouro-observed/v1"
+_MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """What a record was read from: each ref's commit (or HEAD's branch), None if absent."""
+
+    lineage: str | None
+    observation: str | None
+    probes: str | None
+    lineage_head_branch: str | None
+    observation_head_branch: str | None
+
+
+def heads(paths: LineagePaths, lineage: Lineage) -> Heads:
+    """The refs of ``paths``' branches now, read from the refs alone (no object)."""
+    repo, obs = lineage.lineage, lineage.observations
+
+    def ref(opened: Any, branch: str) -> str | None:
+        found = opened.head_id(branch) if opened is not None else None
+        return str(found) if found is not None else None
+
+    return Heads(ref(repo, paths.branch), ref(obs, paths.observation_branch),
+                 ref(obs, probe_branch(paths.branch)),
+                 repo.head_branch() if repo is not None else None,
+                 obs.head_branch() if obs is not None else None)
+
+
+def _file(cache_dir: Path, paths: LineagePaths) -> Path:
+    return cache_dir / f"{(paths.name or 'lineage')[:40]}-{cache_key(paths)}.observed.json"
+
+
+def cacheable(observed: Observed) -> bool:
+    """Only a lineage found whole and in order is kept (its live parts are read again)."""
+    return (observed.all_exist and observed.is_lineage and not observed.problems
+            and observed.interrupted is None and not observed.full_walk
+            and not observed.newest_unreadable and observed.held_by is None
+            and observed.branches_read == {"lineage": observed.paths.branch,
+                                           "observation": observed.paths.observation_branch})
+
+
+def _body(observed: Observed) -> dict[str, Any]:
+    last = observed.last_generation
+    return {
+        "root_commit": observed.root_commit, "lineage_metadata": observed.lineage_metadata,
+        "observation_metadata": observed.observation_metadata,
+        "lineage_head": observed.lineage_head, "observation_head": observed.observation_head,
+        "head_branch": observed.head_branch, "generations": observed.generations,
+        "last_generation": [last.number, last.status, last.commit] if last else None,
+        "observed_generations": observed.observed_generations,
+        "last_observation": observed.last_observation,
+        "probe_coverage": {digest: sorted(numbers)
+                           for digest, numbers in observed.probe_coverage.items()},
+        "probe_metrics": {digest: [[number, value] for number, value in sorted(found.items())]
+                          for digest, found in observed.probe_metrics.items()},
+    }
+
+
+# The file is two lines: a small sealed header (schema, key, heads, the body's digest),
+# checked before the body is read at all, then the body.
+
+
+def remember(cache_dir: Path | None, observed: Observed, found: Heads) -> None:
+    """Keep ``observed`` (read at ``found``) when it is ``cacheable``; never fails."""
+    if cache_dir is None or not cacheable(observed) or not cache_dir.parent.is_dir():
+        return  # (a state dir is never made for a cache)
+    seal = cache_seal(cache_dir, create=True)
+    if seal is None:
+        return
+    try:
+        body = json.dumps(_body(observed), separators=(",", ":"),
+                          ensure_ascii=True).encode("ascii")
+    except (TypeError, ValueError):  # a record that is not JSON: not kept
+        return
+    header = seal.sealed({"schema": SCHEMA, "key": cache_key(observed.paths),
+                          "heads": asdict(found), "body_sha256": hashlib.sha256(body).hexdigest()})
+    write_cache(_file(cache_dir, observed.paths),
+                json.dumps(header, separators=(",", ":")).encode("ascii") + b"\n" + body)
+
+
+def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
+          found: Heads) -> dict[str, Any] | None:
+    try:
+        with open(_file(cache_dir, paths), "rb") as handle:
+            header = json.loads(handle.readline(64 << 10))
+            if not isinstance(header, dict) or header.get("heads") != asdict(found) or (
+                    header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)
+                    or not seal.opens(header)):
+                return None
+            data = handle.read(_MAX_BYTES + 1)
+        if hashlib.sha256(data).hexdigest() != header.get("body_sha256"):
+            return None
+        body = json.loads(data)
+        return body if isinstance(body, dict) else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Observed | None:
+    """The record of ``paths`` read at exactly ``found``, as an ``Observed`` whose live
+    parts (dirtiness, holder) are still to be read; None when there is none to believe."""
+    seal = None if cache_dir is None else cache_seal(cache_dir, create=False)
+    body = _load(cache_dir, paths, seal, found) if cache_dir is not None and seal else None
+    if body is None:
+        return None
+    try:
+        last = body["last_generation"]
+        return Observed(
+            paths=paths, worktree_exists=True, git_dir_exists=True, observations_exist=True,
+            is_lineage=True, root_commit=body["root_commit"],
+            lineage_metadata=body["lineage_metadata"],
+            observation_metadata=body["observation_metadata"],
+            lineage_head=body["lineage_head"], observation_head=body["observation_head"],
+            head_branch=body["head_branch"], generations=int(body["generations"]),
+            last_generation=GenerationCommit(int(last[0]), last[1], str(last[2]))
+            if last is not None else None,
+            observed_generations=int(body["observed_generations"]),
+            last_observation=body["last_observation"], dirty=False, dirty_paths=(),
+            interrupted=None, problems=(), full_walk=False,
+            branches_read={"lineage": paths.branch, "observation": paths.observation_branch},
+            probe_coverage={digest: frozenset(int(n) for n in numbers)
+                            for digest, numbers in body["probe_coverage"].items()},
+            probe_metrics={digest: {int(n): value for n, value in pairs}
+                           for digest, pairs in body["probe_metrics"].items()},
+        )
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, InvalidOperation):
+        return None
