@@ -4,7 +4,7 @@ No rule is declared here: the rule is ``reconciler.plan.continuation.decide``
 (the one apply follows after every generation), fed as apply feeds it: the
 newest observation's ``provider_failure`` and ``usage_exceeds_request``, and
 the run of generations before it whose every call failed
-(``reconciler.state.observe.failed_streak``). The spec's
+(``reconciler.state.failures.failed_streak``). The spec's
 ``max_failed_generations`` and key variable are known only when the viewer was
 given the lineage's spec; without it only what is certain is said: a final
 failure or impossible usage stops a lineage whatever the spec says, and a run
