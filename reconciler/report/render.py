@@ -18,7 +18,7 @@ from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.plan.kernel_choice import KernelChoice
 from reconciler.plan.probes import UntilStop
-from reconciler.report.escape import json_text, markdown, markdown_code, rich_text
+from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
@@ -173,8 +173,16 @@ def _console(stream: IO[str] | None) -> Console:
 
 
 def print_plan(plan: Plan, stream: IO[str] | None = None) -> None:
+    """The text plan: through rich on a terminal (colour); written as the same plain
+    lines straight to any other stream (rich costs ~0.1 ms a line: a 1,000-member set's
+    plan has 2,000 lines)."""
     console = _console(stream)
-    for line, style in plan_text(plan):
+    lines = plan_text(plan)
+    if console.color_system is None and not console.is_terminal:
+        console.file.write("".join(f"{terminal(line).expandtabs(8)}\n" for line, _ in lines))
+        console.file.flush()
+        return
+    for line, style in lines:
         console.print(rich_text(line), style=style)
 
 
