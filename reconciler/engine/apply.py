@@ -36,12 +36,13 @@ from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober, ProbeResult, probe
 from reconciler.engine.probes.measure import measure_missing
-from reconciler.errors import ApplyError, OuroError, host_fault
+from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
 from reconciler.kernel.base.formats import DASH
 from reconciler.kernel.broker.providers import replay_files
+from reconciler.ownfiles import write_atomic
 from reconciler.plan import LineagePlan, Refusal, plan_lineage
 from reconciler.plan.continuation import (
     Stop,
@@ -59,6 +60,7 @@ from reconciler.state.failures import failed_streak, replay_cursor
 from reconciler.state.kernel_store import KernelStore
 from reconciler.state.observe import Observed, observe
 from reconciler.state.preflight import provider_problem
+from reconciler.state.stops import stop_path, stop_record
 
 TRANSIENT_ATTEMPTS = 4
 # Descriptors: a running generation holds about ten in this process (pipes to its broker
@@ -99,13 +101,24 @@ class Limits:
             return False
         return True
 
+    def _may_take(self) -> bool:
+        if not self._may_continue():
+            return False
+        if self.max_generations is not None and self._granted >= self.max_generations:
+            self.stopped_by = self.stopped_by or "max-generations"
+            return False
+        return True
+
+    def may_take_generation(self) -> bool:
+        """Would one more generation be granted now? Reserves nothing (what comes before a
+        generation, a probe or a check of the replies, is not done when it could not run)."""
+        with self._mutex:
+            return self._may_take()
+
     def take_generation(self) -> bool:
         """May one more generation start? Reserves it if so."""
         with self._mutex:
-            if not self._may_continue():
-                return False
-            if self.max_generations is not None and self._granted >= self.max_generations:
-                self.stopped_by = self.stopped_by or "max-generations"
+            if not self._may_take():
                 return False
             self._granted += 1
             return True
@@ -417,19 +430,21 @@ class Engine:
 
     def _still_down(self, spec: LoadedSpec, done: int, failure: Any,
                     api_key: str | None) -> Stop | None:
-        """Before generation ``done + 1``: when generation ``done`` had every call fail
-        retryably, probe the provider; the stop if it still does not answer, else None. A
-        replay lineage stops when ``done`` asked for a reply its folder does not have."""
-        if not done or not isinstance(failure, dict):
-            return None
+        """Before generation ``done + 1``: a replay lineage stops when its folder has no
+        reply left for it (the replies used through ``done`` are all there are); when
+        generation ``done`` had every call fail retryably, the provider is probed: the
+        stop if it still does not answer, else None."""
         model = spec.model()
         if model.provider == "replay" and model.replay_dir is not None:
             try:
                 replies = len(replay_files(model.replay_dir))
             except OSError:  # the generation's own check says what is wrong with the folder
                 return None
-            return replay_exhausted(done, failure, str(model.replay_dir), replies,
-                                    replay_cursor(spec_paths(spec), done))
+            used = replay_cursor(spec_paths(spec), done) if done else 0
+            return replay_exhausted(done, failure if isinstance(failure, dict) else None,
+                                    str(model.replay_dir), replies, used)
+        if not done or not isinstance(failure, dict):
+            return None
         if not probe_first(failure):
             return None
         try:
@@ -452,6 +467,20 @@ class Engine:
         result.errors.append(f"ouro: lineage {spec.name} stopped {where}: {stop.message}")
         self.events.emit("lineage-stopped", lineage=spec.name, generation=done,
                          reason=stop.code, message=stop.message)
+        if before_next:  # no generation records it: plan and the viewer read this record
+            self._record_stop(spec, done, stop)
+
+    def _record_stop(self, spec: LoadedSpec, done: int, stop: Stop) -> None:
+        """The stop before generation ``done + 1``, beside the lineage's lock
+        (``reconciler.state.stops``); a record that cannot be written is only noted."""
+        paths = spec_paths(spec)
+        try:
+            write_atomic(stop_path(paths.git_dir),
+                         stop_record(paths, done, stop.code, stop.message),
+                         what=f"the stop record of lineage {spec.name}", mode=0o644)
+        except (PathRefused, OSError) as error:
+            self.reporter.note(f"{spec.name}: the stop was not recorded for plan and the "
+                               f"viewer ({error}); events.jsonl has it")
 
     def _run_generations(
         self, spec: LoadedSpec, current: LineagePlan, result: LineageResult, api_key: str | None,
@@ -472,6 +501,8 @@ class Engine:
         streak = failed_streak(paths, done, max_failed) if done else 0
         self.reporter.lineage_started(spec.name, done, desired)
         while done < desired:
+            if not self.limits.may_take_generation():
+                return
             down = self._still_down(spec, done, previous, api_key)
             if down is not None:
                 self._stopped(spec, result, done, down, before_next=True)

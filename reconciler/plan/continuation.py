@@ -18,8 +18,10 @@ Before the next generation (``probe_first``): when the last one had every call
 fail with a retryable error, apply probes the provider (``engine.probe``, even
 under --no-probe) and, if it does not answer, stops the lineage there
 (``provider_unavailable``) instead of spending a generation on an outage. A
-replay lineage whose last generation asked for a reply its folder does not have
-stops there too (``replay_exhausted``), until replies are added.
+replay lineage whose folder has no reply left for the next generation (the
+replies its generations used, recorded as ``replay_cursor``, are all there are)
+stops there too (``replay_exhausted``), before that generation runs, until
+replies are added.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ REPLAY_EXHAUSTED = "replay-exhausted"
 class Stop:
     """Apply stops the lineage: ``code`` for the record, ``message`` says why and the remedy."""
 
-    code: str  # the failure code, usage-exceeds-request, failed-generations or
-    # provider-unavailable
+    code: str  # the failure code, usage-exceeds-request, failed-generations,
+    # provider-unavailable or replay-exhausted
     message: str
 
 
@@ -115,15 +117,22 @@ def provider_unavailable(number: int, failure: Mapping[str, Any], found: str,
 
 def replay_exhausted(number: int, failure: Mapping[str, Any] | None, folder: str,
                      replies: int, used: int | None) -> Stop | None:
-    """The stop before generation ``number + 1`` of a replay lineage: generation ``number``
-    asked for a reply the folder does not have, and no reply has been added since."""
-    if not failure or failure.get("code") != "replay_exhausted" \
-            or failure.get("reason") != "replay_exhausted" \
-            or (used is not None and used < replies):
+    """The stop before generation ``number + 1`` of a replay lineage whose folder has no
+    reply left for it: the ``used`` replies (through generation ``number``; 0 before the
+    first) are all there are. Checked before the generation starts, so none is spent on
+    a reply that is not there. Where ``used`` is unknown (an observation written without
+    ``replay_cursor``), generation ``number`` asking for a reply it did not get says so."""
+    asked = failure is not None and failure.get("code") == "replay_exhausted" \
+        and failure.get("reason") == "replay_exhausted"
+    if used is None and not asked:
         return None
+    if used is not None and used < replies:
+        return None
+    have = (f"has {replies} repl{'y' if replies == 1 else 'ies'}, all used"
+            + (f" by gen {number}" if number else "")) if replies else "has no replies"
+    why = f" (gen {number} asked for another)" if asked else ""
     return Stop(REPLAY_EXHAUSTED,
-                f"replay folder {folder} has {replies} repl{'y' if replies == 1 else 'ies'}, "
-                f"all used; generation {number + 1} has none (gen {number} asked for another): "
+                f"replay folder {folder} {have}; generation {number + 1} has none{why}: "
                 "add replies to the folder or lower spec.generations, then run apply again")
 
 

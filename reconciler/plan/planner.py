@@ -519,6 +519,16 @@ def _failure_notes(last: dict[str, Any] | None, have: int) -> list[str]:
     return [note] if note else []
 
 
+def _stop_notes(observed: ObservedState, have: int, desired: int) -> list[str]:
+    """The stop an apply recorded before the next generation (``state.stops``: a provider
+    still unavailable, a replay folder with no reply left), while nothing ran since."""
+    stopped: Any = getattr(observed, "stopped", None)  # optional on the observed state
+    if stopped is None or have >= desired:
+        return []
+    return [f"the last apply stopped it before gen {stopped.generation + 1} "
+            f"({stopped.reason}): {stopped.message}; apply checks again before it runs"]
+
+
 def _generations(count: int, more: str = "") -> str:
     return f"{count} {more}generation" + ("" if count == 1 else "s")
 
@@ -571,6 +581,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     labels = dict(getattr(spec, "labels", None) or {})
     notes = _first_notes(observed, running)
     notes += _failure_notes(observed.last_observation, have)
+    notes += _stop_notes(observed, have, desired)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)

@@ -61,6 +61,7 @@ from reconciler.state.repos import (
     first_line,
     observation_name,
 )
+from reconciler.state.stops import read_stop
 from reconciler.state.worktree import dirty as worktree_dirty
 
 __all__ = [
@@ -674,4 +675,5 @@ def _observe(paths: LineagePaths, opened: Lineage) -> Observed:
         else {},
         probe_metrics=probe_metrics(paths, obs.repo) if observations_exist and not unreadable
         else {},
+        stopped=read_stop(paths) if git_dir_exists else None,
     )

@@ -13,6 +13,7 @@ from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.refusals import ProblemCode
 from reconciler.state.holders import Holder
+from reconciler.state.stops import RecordedStop
 
 __all__ = ["GenerationCommit", "Interrupted", "InterruptedKind", "Observed", "ReadProblem"]
 
@@ -86,6 +87,9 @@ class Observed:
     probe_coverage: dict[str, frozenset[int]] = field(default_factory=dict)
     # digest -> generation -> metrics (None: a probe failure): what ``spec.until`` reads
     probe_metrics: dict[str, dict[int, dict[str, Any] | None]] = field(default_factory=dict)
+    # The stop an apply made before the next generation, while the heads are its own
+    # (``reconciler.state.stops``)
+    stopped: RecordedStop | None = None
 
     @property
     def running(self) -> str | None:

@@ -313,12 +313,13 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
     assert "apply probes the provider before gen 2" in plan.stdout
 
 
-def test_replies_running_out_is_a_clear_stop_not_a_run_of_no_changes(
+def test_replies_running_out_is_a_clear_stop_before_the_generation(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
-    """The default fleet's scribe (4 replies; it asks the model every life) raised to 8
-    generations: the generation that asks for a 5th reply finds none (recorded), then apply
-    stops the lineage, saying so, instead of spending the rest on "model unavailable"; plan
-    says why; with a reply added, apply goes on."""
+    """The default fleet's scribe (4 replies; its gen 4 dies before it asks, so gen 5 takes
+    the 4th) raised to 8 generations: before gen 6 apply sees that the folder has no reply
+    left and stops the lineage there (replay-exhausted), saying so, without spending a
+    generation on a reply that is not there; plan says why; with a reply added, apply goes
+    on."""
     replies = specs / "replies"  # a spec replays only files of its own tree
     shutil.copytree(REPO_ROOT / "specs" / "replies" / "scribe", replies)
     write_spec(specs, "scribe", 8, provider="replay", replay=str(replies))
@@ -326,19 +327,26 @@ def test_replies_running_out_is_a_clear_stop_not_a_run_of_no_changes(
     plan = run_ouro("plan", str(specs), env=env)
     assert first.returncode == 1, first.stdout + first.stderr
     (lineage,) = report(first)["lineages"]
-    assert (lineage["generations_run"], lineage["stopped"]) == (6, "replay-exhausted")
+    assert (lineage["generations_run"], lineage["stopped"]) == (5, "replay-exhausted")
+    assert lineage["model_failures"] == 0  # no generation asked in vain
     (error,) = lineage["errors"]
-    assert (f"stopped before gen 7: replay folder {replies} has 4 replies, all used; "
-            "generation 7 has none (gen 6 asked for another)") in error
+    assert (f"stopped before gen 6: replay folder {replies} has 4 replies, all used by "
+            "gen 5; generation 6 has none: ") in error
     assert "add replies to the folder or lower spec.generations" in error
     paths = lineage_paths(tmp_path / "state", "scribe")
-    assert_invariant(paths, 6)
-    assert observation(tmp_path, "scribe", 6)["provider_failure"]["code"] == "replay_exhausted"
-    assert "the replay folder has no reply for gen 7" in plan.stdout
+    assert_invariant(paths, 5)
+    newest = observation(tmp_path, "scribe", 5)
+    assert (newest["replay_cursor"], newest["provider_failure"]) == (4, None)
+    stops = [e for e in events(tmp_path) if e["event"] == "lineage-stopped"]
+    assert [(e["reason"], e["generation"]) for e in stops] == [("replay-exhausted", 5)]
+    assert ("the last apply stopped it before gen 6 (replay-exhausted): replay folder "
+            f"{replies} has 4 replies") in plan.stdout
     again = run_ouro("apply", "--yes", "--json", str(specs), env=env)  # nothing added yet
     assert report(again)["lineages"][0]["generations_run"] == 0
     assert report(again)["lineages"][0]["stopped"] == "replay-exhausted"
+    assert_invariant(paths, 5)
     shutil.copy(replies / "0004", replies / "0005")
     added = run_ouro("apply", "--yes", "--json", "--max-generations", "1", str(specs), env=env)
     assert report(added)["lineages"][0]["generations_run"] == 1
-    assert_invariant(paths, 7)
+    assert_invariant(paths, 6)
+    assert "the last apply stopped it" not in run_ouro("plan", str(specs), env=env).stdout
