@@ -580,8 +580,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
     notes = _first_notes(observed, running)
-    notes += _failure_notes(observed.last_observation, have)
-    notes += _stop_notes(observed, have, desired)
+    notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from reconciler.kernel.base.failures import normalize_code, provider_failure, usage_exceeds_request
-from reconciler.plan.continuation import decide, failure_note
+from reconciler.plan.continuation import decide, failure_note, replay_exhausted
 
 
 def call(status: int | None, *attempts: tuple[str | None, int | None, bool | None]
@@ -93,3 +93,29 @@ def test_plan_note() -> None:
     assert failure_note(3, provider_failure([AUTH])) == \
         "gen 3: model unavailable (401): auth, final"
     assert failure_note(3, None) is None
+
+
+ASKED = {"code": "replay_exhausted", "reason": "replay_exhausted", "every_call_failed": True}
+
+
+@pytest.mark.parametrize(
+    ("done", "failure", "replies", "used", "expected"),
+    [(5, None, 4, 3, None),  # a reply left for gen 6
+     (5, None, 4, 4, "replay folder F has 4 replies, all used by gen 5; generation 6 has "
+                     "none: add replies"),
+     (0, None, 0, 0, "replay folder F has no replies; generation 1 has none: add replies"),
+     (1, None, 1, 1, "replay folder F has 1 reply, all used by gen 1; generation 2 has none"),
+     (6, ASKED, 4, 4, "all used by gen 6; generation 7 has none (gen 6 asked for another)"),
+     (6, ASKED, 5, 4, None),  # a reply added since gen 6 asked for it
+     (6, None, 4, None, None),  # replies used unknown, and gen 6 did not ask in vain
+     (6, ASKED, 4, None, "replay folder F has 4 replies, all used by gen 6; generation 7")])
+def test_replay_exhausted_before_the_generation(done: int, failure: dict[str, Any] | None,
+                                                replies: int, used: int | None,
+                                                expected: str | None) -> None:
+    stop = replay_exhausted(done, failure, "F", replies, used)
+    if expected is None:
+        assert stop is None
+    else:
+        assert stop is not None and stop.code == "replay-exhausted"
+        assert expected in stop.message
+        assert stop.message.endswith("then run apply again")
