@@ -9,6 +9,11 @@ the run of generations before it whose every call failed
 given the lineage's spec; without it only what is certain is said: a final
 failure or impossible usage stops a lineage whatever the spec says, and a run
 of failed generations is shown as a count, not as a stop.
+
+A stop apply made before the next generation (``provider-unavailable``,
+``replay-exhausted``) has no generation to read it from: it is read from the record
+apply left for it (``reconciler.state.stops``), while the lineage's heads are the ones
+it names.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from reconciler.report.words import plural
 from reconciler.spec.models import ModelSpec
 from reconciler.state.failures import failed_streak
 from reconciler.state.history import record
+from reconciler.state.stops import read_stop
 from reconciler.state.summaries import LineageSummary
 
 __all__ = ["STREAK_LIMIT", "Stopped", "lineage_stop"]
@@ -41,6 +47,7 @@ class Stopped:
     message: str
     failed_in_a_row: int
     certain: bool  # decided with the spec's own max_failed_generations and key
+    before_next: bool = False  # apply stopped it before generation ``generation + 1``
 
 
 def _failure(value: Any) -> dict[str, Any] | None:
@@ -62,7 +69,13 @@ def _failure(value: Any) -> dict[str, Any] | None:
 
 def lineage_stop(paths: LineagePaths, summary: LineageSummary,
                  model: ModelSpec | None) -> Stopped | None:
-    """What the newest generation says about going on (None: nothing stops it)."""
+    """Why apply stopped the lineage before its next generation (its record), else what
+    the newest generation says about going on (None: nothing stops it)."""
+    recorded = read_stop(paths)
+    if recorded is not None and recorded.generation == (
+            summary.rows[-1].generation if summary.rows else 0):
+        return Stopped(recorded.generation, recorded.reason, recorded.message,
+                       0, True, before_next=True)
     if not summary.rows or not summary.rows[-1].observed:
         return None
     newest = summary.rows[-1].generation

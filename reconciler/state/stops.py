@@ -14,6 +14,7 @@ that is too big or malformed reads as none.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.state.summaries import heads
 
-__all__ = ["STOP_SUFFIX", "RecordedStop", "read_stop", "stop_path", "stop_record"]
+__all__ = ["STOP_SUFFIX", "RecordedStop", "read_stop", "stop_path", "stop_record", "stop_stamp"]
 
 STOP_SUFFIX = ".ouro-stop.json"
 SCHEMA = "ouro-stop/v1"
@@ -44,6 +45,16 @@ class RecordedStop:
 
 def stop_path(git_dir: Path) -> Path:
     return git_dir.with_name(git_dir.name + STOP_SUFFIX)
+
+
+def stop_stamp(git_dir: Path) -> tuple[int, int, int] | None:
+    """What changes when a stop is recorded or replaced (inode, size, mtime), cheaply:
+    a reader that keeps what it read while the heads stay keeps it while this does too."""
+    try:
+        info = os.lstat(stop_path(git_dir))
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def stop_record(paths: LineagePaths, generation: int, reason: str, message: str) -> bytes:

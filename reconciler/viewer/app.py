@@ -44,6 +44,7 @@ from reconciler.state import probes as probe_records
 from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
+from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.viewer import family, pages, raw, sets
 from reconciler.viewer.plots import (
@@ -110,6 +111,7 @@ class Known:
     until: UntilStop | None = None
     probe_head: str | None = None
     shown: Shown | None = None  # what it was read for (a changed spec reads it again)
+    stop_stamp: tuple[int, int, int] | None = None  # the stop record it read (state.stops)
 
 
 def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
@@ -162,19 +164,20 @@ class FleetSource:
 
     def known(self, name: str, shown: Shown) -> Known:
         """The lineage's summary, kernel, stops and probes; kept in memory while its heads
-        (and its probe records' branch) stay."""
-        now = heads(shown.paths)
+        (and its probe records' branch and its stop record) stay."""
+        now, stamp = heads(shown.paths), stop_stamp(shown.paths.git_dir)
         probe_head = probe_records.head(shown.paths)
         with self._lock:
             kept = self._known_at.get(name)
         if kept is not None and (kept.summary.lineage_head, kept.summary.observation_head,
-                                 kept.probe_head, kept.shown) == (*now, probe_head, shown):
+                                 kept.probe_head, kept.shown, kept.stop_stamp) == (
+                                     *now, probe_head, shown, stamp):
             return kept
         summary = summarize(shown.paths, self.cache_dir)
         fresh = Known(summary, born_under(shown.paths),
                       lineage_stop(shown.paths, summary, shown.model),
                       probe_records.table(shown.paths), _until(shown, summary), probe_head,
-                      shown)
+                      shown, stamp)
         with self._lock:
             self._known_at[name] = fresh
         return fresh
@@ -184,9 +187,11 @@ class FleetSource:
 
     def heads_json(self) -> str:
         """What a page reloads on: each lineage's heads, whether an apply holds it, its
-        target, and its probe records' head."""
+        target, its probe records' head, and the stop an apply recorded before its next
+        generation."""
         found = {name: [*heads(shown.paths), held_by(shown.paths.git_dir) is not None,
-                        shown.desired, probe_records.head(shown.paths)]
+                        shown.desired, probe_records.head(shown.paths),
+                        stop_stamp(shown.paths.git_dir)]
                  for name, shown in self.lineages().items()}
         return json.dumps(found, sort_keys=True, separators=(",", ":"))
 

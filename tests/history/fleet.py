@@ -6,7 +6,9 @@ providers), under one temporary state dir:
 - ``scribe`` and ``quiet``: the offline default fleet in ``specs/``, as shipped;
 - ``story``: scribe's replies, grown to 3 generations, then a human's edit of
   the worktree (an ``external edit`` commit), then grown to 6: generation 4
-  dies (exit 255), generation 6 finds the replies exhausted (a model failure);
+  dies (exit 255), generation 6 finds its reply unreadable (a fifth reply that is
+  not UTF-8: a model failure, code ``replay_exhausted``; a folder with no reply
+  left would stop the lineage before the generation instead);
 - ``hostile``: an organism whose file names, journal (through its stderr) and
   stderr hold ``<script>``, ``<img onerror>`` and ``javascript:`` text; its
   third life dies printing them. Then a foreign write (a commit on its
@@ -170,12 +172,16 @@ def build_fleet(root: Path) -> Fleet:
     shutil.copy(REPO_ROOT / "specs" / "fleet.yaml", specs / "fleet.yaml")
     shutil.copytree(REPO_ROOT / "specs" / "replies", specs / "replies")
     shutil.copytree(REPO_ROOT / "specs" / "probes", specs / "probes")
-    scribe_replies = specs / "replies" / "scribe"
-    story = write_spec(specs, "story", 3, provider="replay", replay=str(scribe_replies))
+    story_replies = specs / "replies" / "story"
+    shutil.copytree(specs / "replies" / "scribe", story_replies)
+    (story_replies / "0005").write_bytes(b"\xff\xfe not UTF-8\n")  # gen 6's model failure
+    story = write_spec(specs, "story", 3, provider="replay", replay=str(story_replies))
     _apply(env, specs / "fleet.yaml", story)
     (state / "story" / "notes.md").write_text("a human was here <b>bold</b>\n")
-    write_spec(specs, "story", 6, provider="replay", replay=str(scribe_replies))
-    replies = write_replies(specs / "hostile-replies", [HOSTILE_BODY])
+    write_spec(specs, "story", 6, provider="replay", replay=str(story_replies))
+    # its lives ask for nothing after the first: the second reply is never used, but a
+    # replay generation runs only while its folder has a reply left
+    replies = write_replies(specs / "hostile-replies", [HOSTILE_BODY, ";; never asked for\n"])
     hostile = write_spec(specs, "hostile", 3, provider="replay", replay=str(replies))
     _apply(env, story, hostile)
     _forge(default_places(state / "hostile", "hostile"))
