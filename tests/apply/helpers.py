@@ -61,6 +61,11 @@ def write_spec(folder: Path, name: str, generations: int, *, provider: str = "ec
     return path
 
 
+# A reply no life asks for, after an organism's that asks for nothing: apply runs a replay
+# generation only while the folder has a reply left for it (plan.continuation)
+UNASKED = ";; a reply no life asks for: it keeps a reply left for the next generation\n"
+
+
 def write_replies(folder: Path, bodies: list[str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for index, body in enumerate(bodies, start=1):

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.apply.helpers import REPO_ROOT, ouro_argv, run_ouro, write_replies, write_spec
+from tests.apply.helpers import (
+    REPO_ROOT,
+    UNASKED,
+    ouro_argv,
+    run_ouro,
+    write_replies,
+    write_spec,
+)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
@@ -20,7 +27,7 @@ SLOW_BODY = '(sleep-for 10)\n(message "slow life")\n'
 
 def test_status_shows_a_running_generation_as_running_not_as_a_problem(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
-    replies = write_replies(specs / "replies", [SLOW_BODY])
+    replies = write_replies(specs / "replies", [SLOW_BODY, UNASKED])
     write_spec(specs, "slow", 2, provider="replay", replay=str(replies))
     applying = subprocess.Popen(ouro_argv("apply", "--yes", str(specs)), cwd=REPO_ROOT,
                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.apply.helpers import ouro_argv, write_replies, write_spec
+from tests.apply.helpers import UNASKED, ouro_argv, write_replies, write_spec
 from tests.slurm.test_slurm_cluster import (
     SLOW_BODY,
     _events,
@@ -36,7 +36,7 @@ class _Payload:
 
 def test_a_job_folder_is_private_and_a_planted_result_is_refused(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8), UNASKED])
     _with_executor(write_spec(specs, "sl-priv", 1, provider="replay", replay=str(replies)))
     old = os.umask(0o002)
     try:

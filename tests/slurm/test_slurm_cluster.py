@@ -24,6 +24,7 @@ import pytest
 from reconciler.engine.lockfs import TRUST_OVERRIDE_ENV, lock_trust
 from reconciler.kernel.base.formats import MARKER_FILE
 from tests.apply.helpers import (
+    UNASKED,
     assert_invariant,
     observation_numbers,
     ouro_argv,
@@ -136,7 +137,7 @@ def test_a_job_cancelled_mid_generation_is_recovered_by_the_next_apply(
     """scancel (SIGTERM to every process of the job) cancels the running generation: it
     publishes nothing. SIGKILL to all of them leaves it half done: the kernel's recovery
     at the next apply handles it. Either way the next apply runs it once."""
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10), UNASKED])
     _with_executor(write_spec(specs, "sl-cut", 3, provider="replay", replay=str(replies)))
     write_spec(specs, "sl-ok", 2)  # beside it, a lineage the cancel must not touch
     _with_executor(specs / "sl-ok.yaml")
@@ -198,7 +199,7 @@ def test_a_job_at_its_time_limit_stops_at_a_boundary_and_is_continued(
     # A 3-minute job may start generations in its first 30 s only (3m - 90 s warning -
     # 30 s margin - 30 s wall); generations of 12 s: the job stops at a boundary and a
     # second job runs the rest.
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=12)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=12), UNASKED])
     spec = write_spec(specs, "sl-time", 5, provider="replay", replay=str(replies))
     spec.write_text(spec.read_text().replace("wall: 60s", "wall: 30s").replace(
         "cpu: 30s", "cpu: 20s"))
@@ -218,7 +219,7 @@ def test_a_job_at_its_time_limit_stops_at_a_boundary_and_is_continued(
 
 def test_one_interrupt_detaches_and_the_job_goes_on(specs: Path, env: dict[str, str],
                                                     tmp_path: Path) -> None:
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=6)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=6), UNASKED])
     _with_executor(write_spec(specs, "sl-det", 3, provider="replay", replay=str(replies)))
     process = subprocess.Popen(
         ouro_argv("apply", "--yes", "--executor", "slurm", str(specs)),
@@ -239,7 +240,7 @@ def test_one_interrupt_detaches_and_the_job_goes_on(specs: Path, env: dict[str, 
 
 def test_two_interrupts_cancel_the_jobs(specs: Path, env: dict[str, str],
                                         tmp_path: Path) -> None:
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=10), UNASKED])
     _with_executor(write_spec(specs, "sl-stop", 3, provider="replay", replay=str(replies)))
     process = subprocess.Popen(
         ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),
@@ -335,7 +336,7 @@ def test_a_preempted_job_is_requeued_and_continues(specs: Path, env: dict[str, s
     """USR2 is Slurm's warning before preemption (and what submitit's own tests send): the
     checkpointable job is requeued by submitit with the same request, re-plans under the
     lock when it runs again and finishes the lineage; nothing runs twice."""
-    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8)])
+    replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8), UNASKED])
     _with_executor(write_spec(specs, "sl-pre", 3, provider="replay", replay=str(replies)))
     process = subprocess.Popen(
         ouro_argv("apply", "--yes", "--json", "--executor", "slurm", str(specs)),

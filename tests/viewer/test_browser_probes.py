@@ -20,7 +20,7 @@ import pytest
 from reconciler.state import probes as stored
 from reconciler.state.summaries import summarize
 from reconciler.viewer.pages import probe_plot_src
-from tests.apply.helpers import report, run_ouro, write_replies, write_spec
+from tests.apply.helpers import UNASKED, report, run_ouro, write_replies, write_spec
 from tests.observe.builder import lineage_paths
 from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
 from tests.viewer.test_browser_fleet import _css, _loaded, _open, _svg_ids
@@ -62,7 +62,7 @@ def _with_probe(path: Path, until: str) -> None:
 def measured(tmp_path: Path, specs: Path, env: dict[str, str]) -> dict[str, str]:
     (specs / "probes" / "shape").mkdir(parents=True)
     (specs / "probes" / "shape" / "shape.sh").write_text(SHAPE)
-    replies = write_replies(specs / "replies", [COUNTING])
+    replies = write_replies(specs / "replies", [COUNTING, UNASKED])
     _with_probe(write_spec(specs, "counted", 8, provider="replay", replay=str(replies)),
                 "{probe: shape, metric: defuns, at_least: 4}")
     _with_probe(write_spec(specs, "still", 6), "{probe: shape, metric: defuns, plateau: 2}")
