@@ -112,7 +112,7 @@ def _undeclared(folder: Path, declared: set[str], local: set[str]) -> list[str]:
     return problems
 
 
-VIEWER = ROOT / "reconciler" / "report" / "viewer"
+VIEWER = ROOT / "reconciler" / "viewer"
 MLFLOW_EXPORT = ROOT / "reconciler" / "engine" / "mlflow_export.py"
 
 
