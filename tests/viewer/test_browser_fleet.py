@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reconciler.state.summaries import summarize
-from tests.apply.helpers import ouro_argv, run_ouro, write_replies, write_spec
+from tests.apply.helpers import UNASKED, ouro_argv, run_ouro, write_replies, write_spec
 from tests.history.fleet import Fleet
 from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
 
@@ -94,8 +94,10 @@ def test_the_apply_running_now_is_shown_with_its_generation(
     env = {**grown_fleet.env, "OURO_STATE_DIR": str(tmp_path / "state")}
     specs = tmp_path / "specs"
     specs.mkdir()
-    slow = write_replies(specs / "replies", ['(progn (sleep-for 3) (message "slow"))\n',
-                                             '(progn (sleep-for 20) (message "slow"))\n'])
+    # gen 1's seed asks for the first reply, which gen 2 runs: 20 s, long enough to be seen
+    # running on a loaded host (the second is a reply left: no life asks for it)
+    slow = write_replies(specs / "replies", ['(progn (sleep-for 20) (message "slow"))\n',
+                                             UNASKED])
     write_spec(specs, "busy", 2, provider="replay", replay=str(slow))
     write_spec(specs, "idle", 1)
     assert run_ouro("apply", "--yes", str(specs / "idle.yaml"), env=env).returncode == 0
