@@ -96,22 +96,16 @@ def _json_text(value: dict[str, Any]) -> bytes:
 
 
 def _copy_tree(source: pygit2.Repository, target: pygit2.Repository, tree_id: pygit2.Oid) -> None:
-    """Every object of a tree, from the parent's store into the child's, byte for byte."""
-    pending, seen = [tree_id], set()
-    while pending:
-        oid = pending.pop()
-        if oid in seen:
-            continue
-        seen.add(oid)
-        kind, data = source.odb.read(oid)
-        if target.odb.write(kind, data) != oid:
-            raise ApplyError(f"ouro: object {oid} did not copy as itself (object formats "
-                             "differ): this parent cannot be forked here")
-        if kind == pygit2.enums.ObjectType.TREE:
-            tree = source[oid]
-            assert isinstance(tree, pygit2.Tree)
-            pending.extend(entry.id for entry in tree
-                           if entry.filemode != pygit2.enums.FileMode.COMMIT)
+    """Every object of a tree, from the parent's store into the child's, byte for byte: one
+    pack (libgit2's pack builder; a loose object each cost a file apiece: 7.6 s against
+    1.0 s for 5,055 objects here), its ids the parent's."""
+    builder = pygit2.PackBuilder(source)
+    builder.add_recur(tree_id)
+    builder.write(os.path.join(target.path, "objects", "pack"))
+    copied = target.get(tree_id)
+    if not isinstance(copied, pygit2.Tree):
+        raise ApplyError(f"ouro: the parent's tree {tree_id} did not copy as itself: this "
+                         "parent cannot be forked here")
 
 
 def _seed_tree(repo: pygit2.Repository, parent_tree: pygit2.Tree, journal: bytes,
