@@ -171,12 +171,14 @@ class Controller:
                 self._error(f"SIGHUP: the settings were not re-read: {error}")
                 return
             self.notifier.close(timeout=1.0)
-            self.settings = new
             self.notifier = Notifier(new.notify, self.say)
             self.notifier.start()
-            if (new.repo, new.branch) != (self.source.url, self.source.branch):
+            if (new.repo, new.branch, new.path) != (self.settings.repo, self.settings.branch,
+                                                    self.settings.path):
                 self.source = SpecSource(new.repo, new.branch, self.source.cache)
-        self._tried = None
+                self._tried = None  # another source: its head is considered afresh
+                self.own.revision = None
+            self.settings = new
         if self.passes is not None:
             self.passes.forget()
         self.say("ouro controller: SIGHUP: settings re-read; everything is observed again")
