@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import threading
 import time
 from collections import Counter
@@ -65,12 +66,11 @@ from reconciler.state.stops import stop_path, stop_record
 TRANSIENT_ATTEMPTS = 4
 # Descriptors: a running generation holds about ten in this process (pipes to its broker
 # and its life, the life's epoll, the seccomp filter's memfd, a socket, the lineage's lock;
-# bench/fleet_scale.py measured 10-13). The kernel (physics release 2) waits on its
-# broker's first line with select(2), which takes no descriptor numbered 1,024 or above
-# (FD_SETSIZE): past about 80 lineages at once, their generations failed with
-# "filedescriptor out of range in select()". Until the kernel polls there, apply runs
-# no more lineages at once than stay below it.
-SELECT_LIMIT = 1024
+# bench/fleet_scale.py measured 10-13). Apply lifts its soft RLIMIT_NOFILE to the hard
+# limit, and runs no more lineages at once than that limit holds. (Kernels before physics
+# release 3 waited on their broker with select(2), which takes no descriptor past 1,024;
+# a lineage born under one runs its stored kernel as a process of its own, whose few
+# descriptors never reach that.)
 FDS_PER_LINEAGE = 14
 FDS_RESERVED = 64  # the apply's own files, the audit child's pipes, the event log, margin
 
@@ -202,15 +202,20 @@ def default_parallelism(specs: Sequence[LoadedSpec]) -> int:
     return max(1, min(len(specs), (cores * 100) // max(1, widest)))
 
 
-def lineages_at_once(parallel: int, open_now: int | None = None) -> int:
-    """``parallel``, lowered to what keeps every descriptor of this process below
-    ``SELECT_LIMIT`` (``open_now``: descriptors open now; read from /proc by default)."""
+def lineages_at_once(parallel: int, open_now: int | None = None,
+                     limit: int | None = None) -> int:
+    """``parallel``, lowered to what keeps this process's descriptors within ``limit``
+    (default: the soft RLIMIT_NOFILE; ``open_now``: descriptors open now, from /proc)."""
+    if limit is None:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return max(1, parallel)
     if open_now is None:
         try:
             open_now = len(os.listdir("/proc/self/fd"))
         except OSError:
             open_now = FDS_RESERVED
-    room = SELECT_LIMIT - open_now - FDS_RESERVED
+    room = limit - open_now - FDS_RESERVED
     return max(1, min(parallel, room // FDS_PER_LINEAGE))
 
 
@@ -298,9 +303,10 @@ class Engine:
         width = lineages_at_once(max(1, parallel))
         if width < min(parallel, len(jobs)):
             self.reporter.note(
-                f"ouro: {width} lineages at once, not {min(parallel, len(jobs))}: the kernel "
-                f"waits on descriptors numbered below {SELECT_LIMIT} (select), and a running "
-                f"lineage holds about {FDS_PER_LINEAGE}; the others start as these finish")
+                f"ouro: {width} lineages at once, not {min(parallel, len(jobs))}: a running "
+                f"lineage holds about {FDS_PER_LINEAGE} open files and this process may open "
+                f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]} (raise it with `ulimit -n`); "
+                f"the others start as these finish")
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="lineage") as pool:
             futures: list[tuple[LoadedSpec, LineagePlan, Future[LineageResult]]] = [
                 (spec, planned, pool.submit(self.run_lineage, spec, planned))
