@@ -69,12 +69,16 @@ def log_command(
 ) -> None:
     """One row per generation: outcome, organism size and diff, model calls, tokens, spend,
     CPU, peak memory, wall time, start."""
+    from functools import partial
+
+    from reconciler.plan.planner import shown_until
     from reconciler.report.history import log_json, log_text
-    from reconciler.state.probes import columns
+    from reconciler.state.probes import columns, metrics
 
     chosen = []
     probes = {}
     members = {}
+    stops = {}
     for found, summary in _named(names, specs, state_dir):
         rows = [row for row in summary.rows
                 if (not deaths or row.status == "died")
@@ -82,8 +86,11 @@ def log_command(
         chosen.append((summary, rows))
         probes[summary.name] = columns(found.paths)
         members[summary.name] = found.member
+        # spec.until's stop, as status shows it (with --specs only: it needs the spec)
+        stops[summary.name] = None if found.spec is None else shown_until(
+            found.spec, partial(metrics, found.paths), summary.generations)
     render = log_json if as_json else log_text
-    sys.stdout.write(render(chosen, probes, members))
+    sys.stdout.write(render(chosen, probes, members, stops))
 
 
 def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[

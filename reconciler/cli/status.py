@@ -105,11 +105,11 @@ def _from_specs(paths: list[Path], selectors: list[Selector],
 
 def _until(named: _Named, observed: Observed) -> UntilStop | None:
     """The spec's ``until`` condition that holds (as plan decides it), with a spec only."""
-    from reconciler.plan.planner import desired_generations, until_of
+    from reconciler.plan.planner import shown_until
 
-    if named.spec is None or observed.generations >= desired_generations(named.spec):
+    if named.spec is None:
         return None
-    return until_of(named.spec, observed, observed.generations)
+    return shown_until(named.spec, lambda: observed.probe_metrics, observed.generations)
 
 
 def register(app: typer.Typer) -> None:

@@ -38,7 +38,14 @@ from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
 from reconciler.plan.forks import ForkSourceLike, PlanReason, fork_json, fork_refusal
 from reconciler.plan.kernel_choice import KernelChoice, KernelFactsLike, choose
-from reconciler.plan.probes import MeasurementWork, UntilStop, measurement_work, until_stop
+from reconciler.plan.probes import (
+    MeasurementWork,
+    Series,
+    UntilStop,
+    measurement_work,
+    shown_stop,
+    until_stop,
+)
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
 from reconciler.spec import sets as spec_sets
 
@@ -56,6 +63,7 @@ __all__ = [
     "make_plan",
     "plan_lineage",
     "refusals",
+    "shown_until",
     "suspended",
 ]
 
@@ -123,14 +131,27 @@ class PlanSpec(Protocol):
     def ceilings(self) -> Ceilings: ...
 
 
-def until_of(spec: PlanSpec, observed: ObservedState, have: int) -> UntilStop | None:
-    """The ``spec.until`` condition that holds over the lineage's measured generations."""
+def _conditions(spec: PlanSpec) -> tuple[Sequence[Any], dict[str, str]]:
+    """The spec's ``spec.until`` conditions and its probes' current digests (name -> digest)."""
     model: Any = getattr(spec, "spec", None)
     conditions = getattr(getattr(model, "spec", None), "until", None) or ()
+    return conditions, {p.name: p.digest for p in getattr(spec, "probes", ())}
+
+
+def until_of(spec: PlanSpec, observed: ObservedState, have: int) -> UntilStop | None:
+    """The ``spec.until`` condition that holds over the lineage's measured generations."""
+    conditions, digests = _conditions(spec)
     if not conditions:
         return None
-    digests = {p.name: p.digest for p in getattr(spec, "probes", ())}
     return until_stop(conditions, digests, getattr(observed, "probe_metrics", {}), have)
+
+
+def shown_until(spec: PlanSpec, metrics: Callable[[], Mapping[str, Series]],
+                generations: int) -> UntilStop | None:
+    """The ``spec.until`` stop ``ouro status`` and ``ouro log`` show for a lineage of
+    ``generations`` (``reconciler.plan.probes.shown_stop``, the viewer's rule too)."""
+    conditions, digests = _conditions(spec)
+    return shown_stop(conditions, digests, metrics, generations, desired_generations(spec))
 
 
 def _done(result: Callable[..., LineagePlan], stop: UntilStop, where: str) -> LineagePlan:

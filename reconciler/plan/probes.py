@@ -8,11 +8,12 @@ The observed coverage is data (``reconciler.state.probes.coverage``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["MeasurementWork", "ProbeLike", "UntilStop", "measurement_work", "until_stop"]
+__all__ = ["MeasurementWork", "ProbeLike", "UntilStop", "measurement_work", "shown_stop",
+           "until_stop"]
 
 
 class ProbeLike(Protocol):
@@ -118,3 +119,15 @@ def until_stop(conditions: Sequence[ConditionLike], digests: Mapping[str, str],
         if found is not None:
             return found
     return None
+
+
+def shown_stop(conditions: Sequence[ConditionLike], digests: Mapping[str, str],
+               metrics: Callable[[], Mapping[str, Series]], generations: int,
+               desired: int | None) -> UntilStop | None:
+    """The ``spec.until`` stop that ``ouro status``, ``ouro log`` and the viewer show: the
+    condition that holds (``until_stop``) while the lineage is short of its target
+    (``desired``; None: not known). A lineage at its target is complete, not stopped.
+    ``metrics`` is read only when a condition could hold (it reads the probe records)."""
+    if not conditions or (desired is not None and generations >= desired):
+        return None
+    return until_stop(conditions, digests, metrics(), generations)

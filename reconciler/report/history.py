@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from reconciler.plan.probes import UntilStop
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.escape import json_text, terminal
 from reconciler.report.physics import kernel_json, kernel_lines
@@ -124,12 +125,21 @@ def _probe_cell(value: Any) -> str:
 
 
 Members = Mapping[str, Membership | None]  # lineage -> its place in its set (None: none)
+Stops = Mapping[str, UntilStop | None]  # lineage -> the spec.until stop that holds (None: none)
+
+
+def until_json(stop: UntilStop | None) -> dict[str, Any] | None:
+    """A ``spec.until`` stop in JSON (``ouro status``'s ``"until"``): code, generation, why."""
+    return None if stop is None else {"code": stop.code, "generation": stop.generation,
+                                      "message": stop.message}
 
 
 def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None, members: Members | None = None) -> str:
+             probes: ProbeColumns | None = None, members: Members | None = None,
+             stops: Stops | None = None) -> str:
     """Each lineage's line and table; a set's members under its heading and their cell's
-    (``reconciler.report.sets``), an orphan marked so."""
+    (``reconciler.report.sets``), an orphan marked so, a lineage ``spec.until`` stopped
+    marked as ``ouro status`` marks it."""
     out: list[str] = []
     places = [(members or {}).get(summary.name) for summary, _rows in summaries]
     for i, (summary, rows) in enumerate(summaries):
@@ -145,6 +155,8 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
         member = places[i]
         if member is not None and member.orphaned:
             out.append(f"{pad}  {ORPHANED.format(member.set_name)}")
+        if (stop := (stops or {}).get(summary.name)) is not None:
+            out.append(f"{pad}  done ({stop.code}): {stop.message}")
         extra = _probe_names(probes.get(summary.name, {}) if probes else {})
         values = probes.get(summary.name, {}) if probes else {}
         table = [(*_HEADER, *extra),
@@ -163,7 +175,8 @@ def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
 
 
 def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None, members: Members | None = None) -> str:
+             probes: ProbeColumns | None = None, members: Members | None = None,
+             stops: Stops | None = None) -> str:
     values = probes or {}
     places = members or {}
     document = {
@@ -181,6 +194,8 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
                 "problems": list(summary.problems),
                 # its LineageSet (null: a plain lineage); orphaned: the set no longer has it
                 "set": member_json(places.get(summary.name)),
+                # the spec.until stop that holds (null: none, or no --specs), as in status
+                "until": until_json((stops or {}).get(summary.name)),
                 "rows": [{**asdict(row), **values.get(summary.name, {}).get(row.generation, {})}
                          for row in rows],
             }

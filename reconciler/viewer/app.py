@@ -33,7 +33,7 @@ from starlette.templating import Jinja2Templates
 
 from reconciler.errors import OuroError
 from reconciler.kernel.base.config import LineagePaths
-from reconciler.plan.probes import UntilStop, until_stop
+from reconciler.plan.probes import UntilStop, shown_stop
 from reconciler.report.history import outcome_of
 from reconciler.report.stops import Stopped, lineage_stop
 from reconciler.spec.models import ModelSpec
@@ -117,11 +117,8 @@ class Known:
 def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
     """The spec's ``until`` condition that holds, as ``ouro status`` says it: only while
     the lineage is short of its target."""
-    if not shown.until or (shown.desired is not None
-                           and summary.generations >= shown.desired):
-        return None
-    return until_stop(shown.until, shown.digests, probe_records.metrics(shown.paths),
-                      summary.generations)
+    return shown_stop(shown.until, shown.digests, lambda: probe_records.metrics(shown.paths),
+                      summary.generations, shown.desired)
 
 
 class FleetSource:
