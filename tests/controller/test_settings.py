@@ -42,3 +42,25 @@ def test_a_bad_settings_file_names_the_key(tmp_path: Path, env: dict[str, str]) 
     assert "(known: repo, branch" in done.stderr
     missing = run_ouro("controller", env=env)
     assert missing.returncode == 2 and "--repo" in missing.stderr
+
+
+def test_an_unreachable_repository_is_a_controller_error_said_once(
+        spec_repo: SpecRepo, state: Path, env: dict[str, str], tmp_path: Path) -> None:
+    hook = Hook()
+    spec_repo.commit("empty", {"alpha.yaml": spec_text("alpha", 0)})
+    running = Running(spec_repo.bare, state, "--notify", hook.url, env=env)
+    moved = tmp_path / "moved.git"
+    try:
+        running.wait(lambda: running.status().get("controller", {}).get("revision"), "started")
+        spec_repo.bare.rename(moved)
+        error = running.wait(lambda: running.status()["controller"].get("last_error"),
+                             "the fetch error")
+        assert "cannot fetch" in error["message"] and "last good revision" in error["message"]
+        running.wait(lambda: hook.events() == ["controller-error"], "its notification")
+        moved.rename(spec_repo.bare)
+        running.wait(lambda: running.status()["controller"].get("last_error") is None,
+                     "the error cleared")
+    finally:
+        assert running.stop() == 0, running.output()
+        hook.close()
+    assert hook.events() == ["controller-error"]  # said once, not at every interval

@@ -35,7 +35,7 @@ from reconciler.engine.controller.budget import THRESHOLDS, DailyBudget, recorde
 from reconciler.engine.controller.lock import ControllerLock
 from reconciler.engine.controller.notify import Notifier, NotifySettings
 from reconciler.engine.controller.passes import Passes
-from reconciler.engine.controller.source import SpecSource
+from reconciler.engine.controller.source import SourceError, SpecSource
 from reconciler.errors import OuroError
 from reconciler.kernel.base.refusals import REASONS
 from reconciler.ownfiles import private_folder
@@ -94,6 +94,7 @@ class Controller:
         self.stopping = threading.Event()
         self.wake = threading.Event()
         self._hup = False
+        self._failed = False  # an error was said in this tick
         self._tried: str | None = None
         self._streaks: dict[str, int] = {}
         self._crossed: tuple[str, set[Decimal]] = ("", set())
@@ -187,14 +188,12 @@ class Controller:
 
     def tick(self) -> bool:
         """Fetch, adopt or report, reconcile once, write the conditions. True when work is
-        left that the next pass goes on with at once."""
+        left that the next pass goes on with at once. A fetch that fails is an error said
+        once; the last good revision is reconciled all the same."""
         busy = False
+        self._failed = False
         try:
-            head = self.source.fetch()
-            self.own.seen = head
-            if head != self._tried:
-                self._tried = head
-                self._consider(head)
+            self._fetch()
             if self.own.revision is not None:
                 busy = self._reconcile()
         except OuroError as error:
@@ -204,10 +203,24 @@ class Controller:
                 raise
             self._error(f"ouro controller: internal error ({type(error).__name__}: "
                         f"{' '.join(str(error).split())}); this is a bug in ouro")
+        if not self._failed:
+            self.own.last_error = None
         self._write()
         return busy and not self.stopping.is_set()
 
+    def _fetch(self) -> None:
+        try:
+            head = self.source.fetch()
+        except SourceError as error:
+            self._error(str(error))
+            return
+        self.own.seen = head
+        if head != self._tried:
+            self._tried = head
+            self._consider(head)
+
     def _error(self, message: str) -> None:
+        self._failed = True
         same = self.own.last_error is not None and self.own.last_error["message"] == message
         self.own.last_error = {"message": message, "at": conditions.now()}
         self.say(message)
@@ -292,7 +305,6 @@ class Controller:
         self.passes.limits = None
         if budget is not None:
             self._spent(budget, result.budget_blocked)
-        self.own.last_error = None
         for name, view in self.passes.views.items():
             was, now = before.get(name), view.get("Stalled")
             if now is not None and now.status == "True" and now.reason in REASONS and (
