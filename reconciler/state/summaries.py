@@ -623,9 +623,11 @@ def totals(paths: LineagePaths, cache_dir: Path | None = None, *,
            whole: tuple[str | None, str | None] = (None, None)) -> Totals:
     """The lineage's totals: the cache's header when its heads are today's (the rows
     are not read), else from ``summarize`` (which extends or rebuilds the cache).
-    ``whole``: the heads observe has just found whole (not checked again)."""
+    ``whole``: the heads observe has just read and found whole: today's heads (the refs
+    are not read again, nor those objects checked again)."""
     cached = _load_totals(cache_dir, paths)
-    if cached is not None and (cached.lineage_head, cached.observation_head) == heads(paths):
+    now = whole if any(whole) else heads(paths)
+    if cached is not None and (cached.lineage_head, cached.observation_head) == now:
         return cached
     return totals_of(_guarded(paths, cache_dir, sized=False, whole=whole))
 
