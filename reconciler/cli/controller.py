@@ -76,6 +76,12 @@ def _settings(given: dict[str, Any], file: Path | None,
     if executor not in ("local", "slurm"):
         raise typer.BadParameter(f"{executor!r} is not one of local, slurm",
                                  param_hint="--executor")
+    if executor != "local" and merged.get("max-spend-per-day") is not None:
+        raise typer.BadParameter(
+            "--max-spend-per-day admits each generation as it starts on this host; with "
+            f"--executor {executor} a job runs its lineage's missing generations on its "
+            "own: leave it out (or bound each job with spec.model.budget_usd and "
+            "spec.generations)", param_hint="--executor")
     parallel = merged.get("parallel")
     if parallel is not None and (not str(parallel).isdigit() or int(parallel) < 1):
         raise typer.BadParameter(f"{parallel!r} is not a count of 1 or more",

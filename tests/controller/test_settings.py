@@ -42,6 +42,9 @@ def test_a_bad_settings_file_names_the_key(tmp_path: Path, env: dict[str, str]) 
     assert "(known: repo, branch" in done.stderr
     missing = run_ouro("controller", env=env)
     assert missing.returncode == 2 and "--repo" in missing.stderr
+    slurm = run_ouro("controller", "--repo", "/nowhere", "--executor", "slurm",
+                     "--max-spend-per-day", "5", env=env)
+    assert slurm.returncode == 2 and "--max-spend-per-day admits each generation" in slurm.stderr
 
 
 def test_an_unreachable_repository_is_a_controller_error_said_once(
