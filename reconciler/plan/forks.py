@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, get_args
 from reconciler.kernel.base.refusals import REASONS, Reason
 
 __all__ = ["FORK_REASONS", "PLAN_REASONS", "ForkReason", "ForkSourceLike", "PlanReason",
-           "fork_json", "fork_refusal"]
+           "fork_json", "fork_notes", "fork_refusal"]
 
 ForkReason = Literal["fork-unreadable", "fork-no-generation", "fork-death"]
 FORK_REASONS: tuple[ForkReason, ...] = get_args(ForkReason)
@@ -70,3 +70,18 @@ def fork_json(source: ForkSourceLike, kernel: str) -> dict[str, Any]:
     return {"parent": source.parent, "generation": source.generation,
             "parent_root": source.root, "commit": source.commit, "kernel": kernel,
             "parent_kernel": source.kernel.get("commit")}
+
+
+def fork_notes(spec_fork: Any, metadata: dict[str, Any] | None) -> list[str]:
+    """A born lineage whose ``spec.from`` names another parent generation than the one it
+    was forked from: said, never acted on (a fork's ancestry is fixed at its birth)."""
+    record = (metadata or {}).get("ouro_fork")
+    if spec_fork is None or not isinstance(record, dict):
+        return []
+    wanted = (getattr(spec_fork, "lineage", None), getattr(spec_fork, "generation", None))
+    born = (record.get("parent"), record.get("generation"))
+    if wanted == born:
+        return []
+    return [f"spec.from names gen {wanted[1]} of {wanted[0]}, but this lineage was forked "
+            f"from gen {born[1]} of {born[0]} at its birth: a fork's ancestry never changes "
+            "(fork under a new name to start from there)"]

@@ -36,7 +36,13 @@ from reconciler.kernel.base.formats import INSTRUMENT_KEYS
 # shared with state and the kernel itself.
 from reconciler.kernel.base.refusals import REASONS, Reason
 from reconciler.plan.continuation import failure_note
-from reconciler.plan.forks import ForkSourceLike, PlanReason, fork_json, fork_refusal
+from reconciler.plan.forks import (
+    ForkSourceLike,
+    PlanReason,
+    fork_json,
+    fork_notes,
+    fork_refusal,
+)
 from reconciler.plan.kernel_choice import KernelChoice, KernelFactsLike, choose
 from reconciler.plan.probes import (
     MeasurementWork,
@@ -602,6 +608,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     labels = dict(getattr(spec, "labels", None) or {})
     notes = _first_notes(observed, running)
     notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
+    notes += fork_notes(getattr(spec, "fork", None), observed.lineage_metadata)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)

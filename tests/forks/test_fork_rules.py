@@ -144,3 +144,26 @@ def test_each_fork_refusal_names_its_remedy(problem: Any, words: str) -> None:
 def test_the_fork_reasons_follow_the_kernels() -> None:
     assert PLAN_REASONS[-len(FORK_REASONS):] == FORK_REASONS
     assert not set(FORK_REASONS) & set(REMEDIES)  # their remedies are plan.forks' own
+
+
+def test_a_born_fork_whose_spec_names_another_generation_is_told_not_reforked() -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from reconciler.plan import plan_lineage
+    from tests.plan.test_plan_table import ME, META, FakeSpec, observed
+
+    @dataclasses.dataclass(frozen=True)
+    class ForkSpec(FakeSpec):
+        fork: Any = dataclasses.field(default_factory=lambda: SimpleNamespace(
+            lineage="scribe", generation=41, kernel="running"))
+
+    record = {"parent": "scribe", "generation": 40}
+    seen = observed(lineage_metadata={**META, "ouro_fork": record})
+    plan = plan_lineage(ForkSpec(), seen, ME)
+    assert plan.action == "extend"
+    assert any("spec.from names gen 41 of scribe, but this lineage was forked from gen 40 "
+               "of scribe" in note for note in plan.notes), plan.notes
+    same = plan_lineage(ForkSpec(fork=SimpleNamespace(lineage="scribe", generation=40)),
+                        seen, ME)
+    assert not any("spec.from" in note for note in same.notes)
