@@ -516,7 +516,7 @@ class Engine:
             if not self.limits.take_generation():
                 return
             number = done + 1
-            runs = kernel if number != 1 else _first(kernel, paths)
+            runs = kernel if number != 1 or spec.fork is None else _first(kernel, paths)
             self.reporter.generation_started(spec.name, number, desired)
             self.events.emit("generation-started", lineage=spec.name, generation=number)
             try:
@@ -619,7 +619,8 @@ class Engine:
 def _first(kernel: kernel_store_writer.LineageKernel,
            paths: LineagePaths) -> kernel_store_writer.LineageKernel:
     """Generation 1 of a fork records its ancestry in its ``ran_with`` (its first
-    observation), as the root metadata has it."""
+    observation), as the root metadata has it (read for forks only: a lineage that is
+    no fork is not observed again for it)."""
     record = ran_with_fork(observe(paths).lineage_metadata)
     if record is None:
         return kernel
