@@ -67,8 +67,8 @@ def run_checks_keys(variables: list[tuple[str, str]], models: list[Any]) -> list
 
 def _on_a_node(specs: list[Any]) -> list[Any]:
     from reconciler.engine.executors.slurm import doctor_in_job
-    from reconciler.spec.load import state_dir
     from reconciler.spec.models import SlurmSpec
+    from reconciler.statedir import state_dir
 
     settings = specs[0].spec.spec.executor.slurm if specs else SlurmSpec()
     print("submitting a probe job (one real life on a node) ...", file=sys.stderr)

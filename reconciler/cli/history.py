@@ -1,7 +1,8 @@
 """CLI: what grew. `ouro log`, `ouro show`, `ouro diff`, `ouro export`.
 
-Thin by rule: find the named lineages, summarize them (cached, incremental),
-render, exit 0. A name that is not there is an error naming the remedy.
+Thin by rule: ask the fleet (``reconciler.engine.fleet``) for the named lineages'
+summaries (cached, incremental), render, exit 0. A name that is not there is an error
+naming the remedy.
 """
 
 from __future__ import annotations
@@ -35,12 +36,9 @@ SpecsOption = Annotated[
 def _summaries(names: list[str], specs: list[Path] | None, state_dir: Path | None) -> list[
     tuple[LineagePaths, LineageSummary]
 ]:
-    from reconciler.state.fleet import find_lineages, summary_cache_dir
-    from reconciler.state.summaries import summarize
+    from reconciler.engine.fleet import Fleet
 
-    cache = summary_cache_dir(state_dir)
-    return [(found.paths, summarize(found.paths, cache))
-            for found in find_lineages(names, specs or [], state_dir)]
+    return Fleet(state_dir).summaries(names, specs or [])
 
 
 def _named(names: list[str], specs: list[Path] | None, state_dir: Path | None) -> list[
@@ -48,13 +46,9 @@ def _named(names: list[str], specs: list[Path] | None, state_dir: Path | None) -
 ]:
     """Each name's lineage, or a set's members and orphans, cell by cell (a set's name
     with --specs), each with its summary."""
-    from reconciler.engine.sets import find_named
-    from reconciler.state.fleet import summary_cache_dir
-    from reconciler.state.summaries import summarize
+    from reconciler.engine.fleet import Fleet
 
-    cache = summary_cache_dir(state_dir)
-    return [(found, summarize(found.paths, cache))
-            for found in find_named(names, specs or [], state_dir)]
+    return Fleet(state_dir).named_summaries(names, specs or [])
 
 
 def log_command(
@@ -152,14 +146,13 @@ def _to_mlflow(found: list[tuple[LineagePaths, LineageSummary]], probes: ProbeCo
                state_dir: Path | None) -> None:
     import json
 
+    from reconciler.engine.fleet import Fleet
     from reconciler.engine.mlflow_export import export_runs, lineage_run
     from reconciler.report.escape import terminal
     from reconciler.report.history import export_text
-    from reconciler.spec.load import load_specs
     from reconciler.state.birth import birth
 
-    loaded = {item.name: item for item in load_specs(specs, state_dir=state_dir)} \
-        if specs else {}
+    loaded = {item.name: item for item in Fleet(state_dir).load(specs)} if specs else {}
     runs = []
     for paths, summary in found:
         rows = [json.loads(line) for line in export_text([summary], "jsonl", probes)

@@ -1,4 +1,8 @@
-"""CLI: `ouro kernel list|fetch|prune`: the kernel store (DESIGN.md, "Pinned kernels")."""
+"""CLI: `ouro kernel list|fetch|prune`: the kernel store (docs/kernel.md, "Pinned kernels").
+
+Thin by rule: parse, ask the fleet (``reconciler.engine.fleet``: its store, the
+lineages it knows) and the store's writer, render.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Annotated
 import typer
 
 from reconciler.cli.options import Json, StateDir
+from reconciler.envelope import envelope
 from reconciler.errors import OuroError
 from reconciler.report.escape import terminal
 from reconciler.report.words import plural
@@ -33,13 +38,15 @@ def _size(value: int) -> str:
 @kernel_app.command("list", short_help='Every stored kernel and the lineages that need it.')
 def list_command(specs: Specs = None, as_json: Json = False, state_dir: StateDir = None) -> None:
     """Every stored kernel: fingerprint, commits, the known lineages that need it, size."""
-    from reconciler.engine.kernel_store_writer import default_store, known_needs, list_store
+    from reconciler.engine.fleet import Fleet
+    from reconciler.engine.kernel_store_writer import list_store
 
-    store = default_store(state_dir)
-    rows = list_store(store, known_needs(specs or [], state_dir))
+    fleet = Fleet(state_dir)
+    store = fleet.store
+    rows = list_store(store, fleet.known_needs(specs or []))
     if as_json:
-        document = {"format_version": 1, "kind": "ouro-kernels", "store": str(store.root),
-                    "kernels": [row.as_json() for row in rows]}
+        document = envelope("ouro-kernels", store=str(store.root),
+                            kernels=[row.as_json() for row in rows])
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
     print(terminal(f"kernel store {store.root}: {plural(len(rows), 'kernel')}"))
@@ -63,15 +70,17 @@ def fetch_command(
     state_dir: StateDir = None,
 ) -> None:
     """Put COMMIT's kernel into the store, from a repository, a bundle or a URL."""
-    from reconciler.engine.kernel_store_writer import default_store, fetch, recorded_repository
+    from reconciler.engine.fleet import Fleet
+    from reconciler.engine.kernel_store_writer import fetch
     from reconciler.state.kernel_store import checkout_repository
 
-    where = (source or recorded_repository(commit, specs or [], state_dir)
+    fleet = Fleet(state_dir)
+    where = (source or fleet.recorded_repository(commit, specs or [])
              or (str(checkout_repository()) if checkout_repository() else None))
     if where is None:
         raise OuroError(f"ouro kernel fetch: no repository known for {commit}: pass --from "
                         "PATH, BUNDLE or URL")
-    entry = fetch(default_store(state_dir), commit, where)
+    entry = fetch(fleet.store, commit, where)
     print(terminal(f"kernel {entry.fingerprint} of commit {entry.commit} is in {entry.path}"))
 
 
@@ -82,10 +91,12 @@ def prune_command(
     state_dir: StateDir = None,
 ) -> None:
     """Remove stored kernels no known lineage needs (never this ouro's own)."""
-    from reconciler.engine.kernel_store_writer import default_store, known_needs, prune
+    from reconciler.engine.fleet import Fleet
+    from reconciler.engine.kernel_store_writer import prune
     from reconciler.state import instrument
 
-    removed = prune(default_store(state_dir), known_needs(specs or [], state_dir),
+    fleet = Fleet(state_dir)
+    removed = prune(fleet.store, fleet.known_needs(specs or []),
                     keep=instrument.fingerprint(), dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for row in removed:

@@ -1,6 +1,7 @@
 """CLI: `ouro plan`: what apply would do, changing nothing.
 
-Thin by rule: load specs, observe, plan, render, exit code. Plan never writes
+Thin by rule: parse, ask the fleet for the plan (``reconciler.engine.fleet``), render,
+exit code. Plan never writes
 anything but the plan file it is asked for (``-o``).
 """
 
@@ -13,7 +14,6 @@ from typing import Annotated
 import typer
 
 from reconciler.cli.options import Json, Select, SpecPaths, StateDir
-from reconciler.errors import OuroError
 
 
 def plan_command(
@@ -27,32 +27,14 @@ def plan_command(
     state_dir: StateDir = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
-    from reconciler.engine.kernel_store_writer import default_store, plan_fleet
-    from reconciler.engine.sets import set_orphans
+    from reconciler.engine.fleet import Fleet
     from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan
-    from reconciler.spec.load import load_specs
-    from reconciler.spec.select import SelectorError, parse
-    from reconciler.spec.select import select as choose
-    from reconciler.state import instrument
-    from reconciler.state.branches import spec_paths
-    from reconciler.state.fleet import summary_cache_dir
-    from reconciler.state.observe import observe
-    from reconciler.state.preflight import provider_problem
 
     if as_json and markdown:  # a usage error: exit 2 with the usage line
         raise typer.BadParameter("--json and --markdown cannot be used together",
                                  param_hint="--markdown")
-    try:
-        loaded = load_specs(paths, state_dir=state_dir)
-        specs = choose(loaded, [parse(s) for s in select or ()])
-    except SelectorError as error:
-        raise OuroError(f"ouro plan: {error}") from None
-    identity = instrument.current()
-    cache = summary_cache_dir(state_dir)
-    plan = plan_fleet([(spec, observe(spec_paths(spec), cache)) for spec in specs], identity,
-                      default_store(state_dir), preflight=provider_problem,
-                      orphans=set_orphans(loaded, specs, state_dir))
+    plan, specs = Fleet(state_dir, command="ouro plan", cached=True).plan_paths(paths, select)
     if out is not None:
         save_plan(plan, out, specs)
     if as_json:

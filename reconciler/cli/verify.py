@@ -33,16 +33,16 @@ def verify_command(
 
     What the last clean audit of a lineage checked (recorded in <state dir>/.audits) is
     not read again while its object files are untouched: only what is new."""
+    from reconciler.engine.fleet import Fleet
     from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
-    from reconciler.spec.load import load_specs
-    from reconciler.state.branches import spec_paths
     from reconciler.state.fleet import audit_record_dir
 
-    loaded = load_specs(paths, state_dir=state_dir)  # a SpecError is printed by cli.main
-    parents = {spec.fork_parent.name: spec_paths(spec.fork_parent) for spec in loaded
+    fleet = Fleet(state_dir, command="ouro verify")
+    loaded = fleet.load(paths)  # a SpecError is printed by cli.main
+    parents = {spec.fork_parent.name: fleet.where(spec.fork_parent) for spec in loaded
                if spec.fork_parent is not None}
-    report = verify([(spec.name, spec_paths(spec)) for spec in loaded],
+    report = verify([(spec.name, fleet.where(spec)) for spec in loaded],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))

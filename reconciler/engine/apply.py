@@ -33,8 +33,8 @@ from tenacity import (
 
 from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
+from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
-from reconciler.engine.locks import LineageLock
 from reconciler.engine.probe import Prober, ProbeResult, probe
 from reconciler.engine.probes.measure import measure_missing
 from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
@@ -44,7 +44,7 @@ from reconciler.kernel.base.failures import failed_every_call
 from reconciler.kernel.base.formats import DASH
 from reconciler.kernel.broker.providers import replay_files
 from reconciler.ownfiles import write_atomic
-from reconciler.plan import LineagePlan, Refusal, plan_lineage
+from reconciler.plan import LineagePlan, Refusal
 from reconciler.plan.continuation import (
     Stop,
     decide,
@@ -56,11 +56,8 @@ from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
 from reconciler.state import preflight
-from reconciler.state.branches import spec_paths
 from reconciler.state.failures import failed_streak, replay_cursor
-from reconciler.state.kernel_store import KernelStore
 from reconciler.state.observe import Observed, observe
-from reconciler.state.preflight import provider_problem
 from reconciler.state.stops import stop_path, stop_record
 
 TRANSIENT_ATTEMPTS = 4
@@ -243,31 +240,22 @@ def unexpected(error: BaseException, name: str) -> str:
 class Engine:
     """Runs lineages; one instance per apply."""
 
-    identity: Identity
+    fleet: Fleet  # the state dir, the instrument, the kernel store, the preflight
     limits: Limits
     reporter: Reporter
     events: EventLog
     lock_timeout: float
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
     prober: Prober | None = None  # None: --no-probe
-    store: KernelStore | None = None  # the kernel store (None: the default state dir's)
     probe_parallel: int = 1  # measurements at a time (apply's --parallel)
     # After a generation whose every call failed retryably, the provider is probed again
     # (uncached, even under --no-probe) before the next one starts.
     recheck: Callable[[ModelConfig, str | None], ProbeResult] = field(
         default_factory=lambda: probe)
 
-    def kernel_store(self) -> KernelStore:
-        if self.store is None:
-            self.store = kernel_store_writer.default_store()
-        return self.store
-
-    def _plan(self, spec: LoadedSpec, observed: Observed) -> LineagePlan:
-        fork = fork_source(spec, observed)
-        facts = kernel_store_writer.facts_for(spec, observed, self.identity, self.kernel_store(),
-                                         fork)
-        return plan_lineage(spec, observed, self.identity, preflight=provider_problem,
-                            kernel=facts, fork=fork)
+    @property
+    def identity(self) -> Identity:
+        return self.fleet.identity
 
     def _kernel(self, current: LineagePlan, observed: Observed,
                 spec: LoadedSpec | None = None) -> kernel_store_writer.LineageKernel:
@@ -279,8 +267,8 @@ class Engine:
                 and spec.fork.kernel == "parent"):
             source = fork_source(spec, observed)
             metadata = source.metadata if source is not None else None
-        return kernel_store_writer.prepare(self.kernel_store(), self.identity, current.kernel,
-                                      metadata)
+        return kernel_store_writer.prepare(self.fleet.store, self.identity, current.kernel,
+                                           metadata)
 
     def _birth(self, spec: LoadedSpec, paths: LineagePaths,
                kernel: kernel_store_writer.LineageKernel) -> None:
@@ -332,13 +320,10 @@ class Engine:
         )
         kernel: kernel_store_writer.LineageKernel | None = None
         try:
-            places = spec.paths()
-            with LineageLock(spec.name, places.git_dir, timeout=self.lock_timeout,
-                             places=(places.worktree, places.git_dir, places.observations)
-                             ) as lock:
-                paths = spec_paths(spec)  # under the lock: the branches as they are now
-                observed = observe(paths)
-                current = self._plan(spec, observed)
+            with self.fleet.lock(spec, self.lock_timeout) as lock:
+                paths = self.fleet.where(spec)  # under the lock: the branches as they are now
+                observed = self.fleet.observe(spec, at=paths)
+                current = self.fleet.plan_one(spec, observed)
                 if current.action == "recover":
                     kernel = self._kernel(current, observed)
                     report = kernel.recover(paths)
@@ -347,8 +332,8 @@ class Engine:
                     self.reporter.note(
                         f"{spec.name}: recovered an interrupted generation ({report})"
                     )
-                    observed = observe(paths)
-                    current = self._plan(spec, observed)
+                    observed = self.fleet.observe(spec, at=paths)
+                    current = self.fleet.plan_one(spec, observed)
                 if current.action == "refuse":
                     lock.untouched = result.recovered is None  # left as it was found
                     result.refusal, result.refusals = current.message, current.refusals
@@ -446,7 +431,7 @@ class Engine:
                 replies = len(replay_files(model.replay_dir))
             except OSError:  # the generation's own check says what is wrong with the folder
                 return None
-            used = replay_cursor(spec_paths(spec), done) if done else 0
+            used = replay_cursor(self.fleet.where(spec), done) if done else 0
             return replay_exhausted(done, failure if isinstance(failure, dict) else None,
                                     str(model.replay_dir), replies, used)
         if not done or not isinstance(failure, dict):
@@ -479,7 +464,7 @@ class Engine:
     def _record_stop(self, spec: LoadedSpec, done: int, stop: Stop) -> None:
         """The stop before generation ``done + 1``, beside the lineage's lock
         (``reconciler.state.stops``); a record that cannot be written is only noted."""
-        paths = spec_paths(spec)
+        paths = self.fleet.where(spec)
         try:
             write_atomic(stop_path(paths.git_dir),
                          stop_record(paths, done, stop.code, stop.message),
@@ -496,7 +481,7 @@ class Engine:
         newest generation recorded (a probe comes first if it says the provider was down)."""
         from reconciler.kernel.transaction import generation
 
-        paths = spec_paths(spec)
+        paths = self.fleet.where(spec)
         desired = current.desired_generations
         done = current.observed_generations
         model = spec.model()
@@ -569,12 +554,14 @@ class Engine:
         it); the plan again if anything was measured."""
         if current.action == "create" or not self._measure(spec, paths, result):
             return current
-        return self._plan(spec, observe(paths))
+        return self.fleet.plan_one(spec, self.fleet.observe(spec, at=paths))
 
     def _until_stops(self, spec: LoadedSpec, paths: LineagePaths, done: int,
                      result: LineageResult) -> bool:
         """Does ``spec.until`` hold after generation ``done``? Then the lineage is done."""
-        until = until_of(spec, observe(paths), done) if spec.spec.spec.until else None
+        if not spec.spec.spec.until:
+            return False
+        until = until_of(spec, self.fleet.observe(spec, at=paths), done)
         if until is None:
             return False
         result.stopped = until.code
@@ -605,7 +592,7 @@ class Engine:
         """Where the lineage is now: ``unchanged`` when it is the plan made under the lock and
         nothing was written since (no observe again), else observed and planned afresh."""
         try:
-            final = unchanged or self._plan(spec, observe(spec_paths(spec)))
+            final = unchanged or self.fleet.plan_one(spec)
             result.final_action = final.action
             result.final_generations = final.observed_generations
         except OuroError as error:

@@ -49,9 +49,7 @@ from reconciler.kernel.base.config import (
     Provenance,
 )
 from reconciler.ownfiles import check_private, private_folder
-from reconciler.plan import Plan, make_plan
-from reconciler.plan.kernel_choice import KernelChoice, choose
-from reconciler.plan.planner import Orphan, Preflight
+from reconciler.plan.kernel_choice import KernelChoice
 from reconciler.state import kernel_store
 from reconciler.state.kernel_store import KernelStore, StoredKernel
 
@@ -72,16 +70,12 @@ __all__ = [
     "facts_for",
     "fetch",
     "host_versions",
-    "known_needs",
-    "lineage_kernel",
     "list_store",
     "materialize",
-    "plan_fleet",
     "prepare",
     "prune",
     "put",
     "record_commit",
-    "recorded_repository",
     "remove_entry",
     "run_record",
     "store_running",
@@ -378,22 +372,6 @@ def facts_for(spec: LoadedSpec, observed: Observed, running: Identity,
         ENTRY_REQUEST_SCHEMA, store)
 
 
-def lineage_kernel(name: str, observed: Observed, store: KernelStore) -> KernelChoice | None:
-    """The kernel that would extend an existing lineage (status); None when there is no
-    lineage, or when this ouro cannot tell which instrument it is."""
-    from reconciler.errors import InstrumentError
-    from reconciler.state import instrument
-
-    if not observed.any_exists or not observed.lineage_metadata:
-        return None
-    try:
-        running = instrument.current()
-    except InstrumentError:
-        return None
-    facts = kernel_store.gather(observed.lineage_metadata, running, ENTRY_REQUEST_SCHEMA, store)
-    return choose(name, facts) if facts is not None else None
-
-
 def _version_line(program: str, *args: str) -> str | None:
     path = shutil.which(program)
     if path is None:
@@ -518,25 +496,11 @@ def prepare(store: KernelStore, running: Identity, choice: KernelChoice | None,
 
 def default_store(state_dir: Path | None = None) -> KernelStore:
     """The kernel store: ``OURO_KERNEL_STORE``, else ``<state dir>/.kernels``."""
-    from reconciler.spec.load import state_dir as resolve_state_dir
+    from reconciler.statedir import state_dir as resolve_state_dir
 
     root = kernel_store.store_root(resolve_state_dir(state_dir))
     check_private(root, "the kernel store")  # others could swap what the store runs
     return KernelStore(root)
-
-
-def plan_fleet(items: Sequence[tuple[LoadedSpec, Observed]], identity: Identity,
-               store: KernelStore, *, preflight: Preflight | None = None,
-               orphans: Sequence[Orphan] = ()) -> Plan:
-    """``make_plan`` with each lineage's kernel chosen (running, store, materialized) and
-    each fork's source read (``engine.forks``)."""
-    from reconciler.engine.forks import fork_source
-
-    forks = {spec.name: fork_source(spec, observed) for spec, observed in items}
-    kernels = {spec.name: facts_for(spec, observed, identity, store, forks[spec.name])
-               for spec, observed in items}
-    return make_plan(items, identity, preflight=preflight, kernels=kernels, orphans=orphans,
-                     forks=forks)
 
 
 # ---------------------------------------------------------------- ouro kernel list|fetch|prune
@@ -558,24 +522,6 @@ class StoreRow:
         return {"fingerprint": self.fingerprint, "commits": list(self.commits),
                 "lineages": list(self.lineages), "size": self.size, "entry": self.entry,
                 "path": str(self.path), "damaged": self.damaged}
-
-
-def known_needs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, list[str]]:
-    """{fingerprint: [lineage names]} of the lineages in the state dir and the specs."""
-    from reconciler.state.fleet import fleet
-    from reconciler.state.observe import observe
-
-    found: dict[str, list[str]] = {}
-    seen: set[Path] = set()
-    for item in [*fleet([], state_dir), *(fleet(specs, state_dir) if specs else [])]:
-        if Path(item.paths.git_dir) in seen:
-            continue
-        seen.add(Path(item.paths.git_dir))
-        meta = observe(item.paths).lineage_metadata or {}
-        fingerprint = meta.get("instrument_fingerprint")
-        if isinstance(fingerprint, str):
-            found.setdefault(fingerprint, []).append(item.name)
-    return found
 
 
 def list_store(store: KernelStore, needs: Mapping[str, Sequence[str]]) -> list[StoreRow]:
@@ -612,17 +558,3 @@ def prune(store: KernelStore, needs: Mapping[str, Sequence[str]], keep: str,
                 raise _unwritable(store, exc) from exc
         removed.append(row)
     return removed
-
-
-def recorded_repository(commit: str, specs: Sequence[Path], state_dir: Path | None) -> str | None:
-    """The ``instrument_repository`` a known lineage born under ``commit`` records."""
-    from reconciler.state.fleet import fleet
-    from reconciler.state.observe import observe
-
-    for item in [*fleet([], state_dir), *(fleet(specs, state_dir) if specs else [])]:
-        meta = observe(item.paths).lineage_metadata or {}
-        born, repository = meta.get("instrument_commit"), meta.get("instrument_repository")
-        if (isinstance(born, str) and isinstance(repository, str) and len(commit) >= 7
-                and born.startswith(commit.lower())):
-            return repository
-    return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import resource
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,7 +24,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from reconciler.engine import kernel_store_writer
 from reconciler.engine.apply import (
     Engine,
     Limits,
@@ -36,19 +35,14 @@ from reconciler.engine.apply import (
 from reconciler.engine.audits import AuditBatches
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
+from reconciler.engine.fleet import Fleet
 from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, PlanFileError
-from reconciler.kernel.base.config import Identity
 from reconciler.ownfiles import private_folder
 from reconciler.plan import LineagePlan, Plan
 from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
-from reconciler.spec.load import LoadedSpec, load_specs
-from reconciler.spec.load import state_dir as resolve_state_dir
-from reconciler.state import instrument
-from reconciler.state.branches import spec_paths
+from reconciler.spec.load import LoadedSpec
 from reconciler.state.fleet import audit_record_dir
-from reconciler.state.observe import observe
-from reconciler.state.preflight import provider_problem
 
 EXIT_INTERRUPTED = 130
 
@@ -129,8 +123,7 @@ class _Prepared:
                 [(s, i) for s, i in pairs if i.action == "refuse"])
 
 
-def _load_for_plan_file(plan_path: Path, state_dir: Path | None
-                        ) -> tuple[SavedPlan, list[LoadedSpec]]:
+def _load_for_plan_file(plan_path: Path, fleet: Fleet) -> tuple[SavedPlan, list[LoadedSpec]]:
     saved = load_plan(plan_path)
     files = sorted({item.spec_file for item in saved.lineages if item.spec_file})
     missing = [item.name for item in saved.lineages if not item.spec_file]
@@ -139,25 +132,14 @@ def _load_for_plan_file(plan_path: Path, state_dir: Path | None
             f"ouro apply: {plan_path}: the plan does not say where the specs of "
             f"{', '.join(missing)} are: make it again with `ouro plan PATH -o FILE`"
         )
-    specs = load_specs([Path(f) for f in files], state_dir=state_dir)
+    specs = fleet.load([Path(f) for f in files])
     wanted = {item.name for item in saved.lineages}
     return saved, [spec for spec in specs if spec.name in wanted]
 
 
-def _selected(specs: list[LoadedSpec], select: Sequence[str]) -> list[LoadedSpec]:
-    """The specs --select names or whose labels it selects (reconciler.spec.select)."""
-    from reconciler.spec.select import SelectorError, parse
-    from reconciler.spec.select import select as choose
-
-    try:
-        return choose(specs, [parse(text) for text in select])
-    except SelectorError as error:
-        raise ApplyError(f"ouro apply: {error}") from None
-
-
-def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
+def prepare(request: ApplyRequest, fleet: Fleet) -> _Prepared:
     """Load, observe once, plan; a saved plan must still be fresh. Runs nothing."""
-    state = resolve_state_dir(request.state_dir)
+    state = fleet.state_dir
     try:
         private_folder(state, "the state dir")  # 0700 if new; refused if others can write it
     except OSError as error:
@@ -167,18 +149,16 @@ def prepare(request: ApplyRequest, identity: Identity) -> _Prepared:
     paths = list(request.paths)
     saved = None
     if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":
-        saved, specs = _load_for_plan_file(paths[0], request.state_dir)
+        saved, specs = _load_for_plan_file(paths[0], fleet)
     else:
-        specs = load_specs(paths, state_dir=request.state_dir)
-    specs = _selected(specs, request.select)
-    observed = {spec.name: observe(spec_paths(spec)) for spec in specs}
-    plan = kernel_store_writer.plan_fleet([(spec, observed[spec.name]) for spec in specs], identity,
-                                          kernel_store_writer.default_store(request.state_dir),
-                                          preflight=provider_problem)
+        specs = fleet.load(paths)
+    specs = fleet.select(specs, request.select)
+    observed = fleet.observe_all(specs)
+    plan = fleet.plan(specs, observed=observed)
     if saved is not None:
         stale = check_fresh(
-            saved, observed, instrument=identity, spec_digests={s.name: s.sha256 for s in specs}
-        )
+            saved, observed, instrument=fleet.identity,
+            spec_digests={s.name: s.sha256 for s in specs})
         if stale:
             raise PlanFileError(
                 f"ouro apply: the saved plan {paths[0]} is stale; nothing was run:\n  "
@@ -228,8 +208,8 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     (not affordable, not confirmed, stale plan, bad specs), else its outcome."""
     check_options(request.executor, deadline=request.deadline_seconds,
                   max_generations=request.max_generations)
-    identity = instrument.current()
-    prepared = prepare(request, identity)
+    fleet = Fleet(request.state_dir, command="ouro apply")
+    prepared = prepare(request, fleet)
     ui.show_plan(prepared.plan)
     worst = check_spend(prepared.plan.lineages, request.max_spend)
     runnable, to_check = prepared.jobs()
@@ -241,17 +221,16 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
         else time.monotonic() + request.deadline_seconds,
         max_generations=request.max_generations,
     )
-    events = EventLog(resolve_state_dir(request.state_dir) / EVENTS_FILE)
+    events = EventLog(fleet.state_dir / EVENTS_FILE)
     audits = AuditBatches(audit_record_dir(request.state_dir),
                           expected=sum(1 for _, item in runnable if item.pending))
-    engine = Engine(identity=identity, limits=limits, reporter=reporter, events=events,
+    engine = Engine(fleet=fleet, limits=limits, reporter=reporter, events=events,
                     lock_timeout=request.lock_timeout, on_lineage_done=audits.lineage_done,
-                    store=kernel_store_writer.default_store(request.state_dir),
                     prober=Prober() if request.probe else None)
     width = request.parallel or default_parallelism([s for s, _ in runnable])
     engine.probe_parallel = width
     raise_open_files_limit()
-    runner = make_executor(request.executor, engine, resolve_state_dir(request.state_dir))
+    runner = make_executor(request.executor, engine, fleet.state_dir)
     jobs = [*runnable, *to_check]
     events.emit("apply-started", lineages=[s.name for s, _ in jobs], parallel=width,
                 executor=request.executor, worst_case_usd=str(worst))

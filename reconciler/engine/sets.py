@@ -20,10 +20,10 @@ from reconciler.errors import StateError
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.planner import Orphan, find_orphans
 from reconciler.spec.load import LoadedSpec, default_places, load_specs
-from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.spec.sets import Membership, member_pattern, orphan_membership
 from reconciler.state.branches import resolve, spec_paths
 from reconciler.state.fleet import Lineage, find_lineages, fleet
+from reconciler.statedir import state_dir as resolve_state_dir
 
 __all__ = ["Shown", "find_named", "grouped", "set_names", "set_orphans"]
 

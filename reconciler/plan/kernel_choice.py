@@ -1,7 +1,7 @@
 """Which kernel runs a lineage: the running one, the store's, one materialized from git, or
 none (refused). Pure.
 
-The order is DESIGN.md's "Pinned kernels": the running kernel when its
+The order is docs/kernel.md's "Pinned kernels": the running kernel when its
 fingerprint is the recorded one and the recorded commit is known to have that
 kernel (the running commit itself, a commit record in the store, or the
 checkout's objects); else the store's verified entry; else the commit's kernel
@@ -158,7 +158,7 @@ def _choose_birth(name: str, facts: KernelFactsLike) -> KernelChoice:
 
 
 def choose(name: str, facts: KernelFactsLike) -> KernelChoice:
-    """The kernel for lineage ``name``, in DESIGN.md's order. Pure."""
+    """The kernel for lineage ``name``, in the order above. Pure."""
     if facts.for_birth:
         return _choose_birth(name, facts)
     running = facts.running

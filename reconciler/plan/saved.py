@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
+from reconciler.envelope import envelope
 from reconciler.errors import PlanFileError, host_fault
 from reconciler.kernel.base.config import Identity
 from reconciler.ownfiles import write_atomic
@@ -93,9 +94,8 @@ def plan_file_document(plan: Plan, specs: Sequence[object] = (),
             origin[name] = (str(file) if file is not None else None,
                             index if isinstance(index, int) else None)
     return {
-        "format": PLANFILE_FORMAT,
-        "format_version": 1,  # beside "format" (what the reader checks), as in ouro's output
-        "kind": "ouro-plan-file",
+        "format": PLANFILE_FORMAT,  # what the reader checks; beside it, the envelope
+        **envelope("ouro-plan-file"),
         "created_at": created_at or datetime.now(UTC).isoformat(timespec="seconds"),
         "instrument": {"commit": plan.instrument.commit,
                        "fingerprint": plan.instrument.fingerprint},

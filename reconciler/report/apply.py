@@ -8,21 +8,16 @@ from typing import Any
 
 from reconciler.engine.apply import LineageResult
 from reconciler.engine.session import ApplyOutcome
+from reconciler.envelope import envelope
 from reconciler.report.escape import json_text, terminal
-from reconciler.report.render import FORMAT_VERSION
 from reconciler.report.words import plural
 
-KIND = "ouro-apply"  # with format_version, as in every JSON document ouro prints
+KIND = "ouro-apply"  # (reconciler.envelope)
 
 
 def apply_document(outcome: ApplyOutcome) -> dict[str, Any]:
-    return {
-        "format_version": FORMAT_VERSION,
-        "kind": KIND,
-        "interrupted": outcome.interrupted,
-        "stopped_by": outcome.stopped_by,
-        "lineages": [result.as_json() for result in outcome.lineages],
-    }
+    return envelope(KIND, interrupted=outcome.interrupted, stopped_by=outcome.stopped_by,
+                    lineages=[result.as_json() for result in outcome.lineages])
 
 
 def apply_json(outcome: ApplyOutcome) -> str:
@@ -32,8 +27,7 @@ def apply_json(outcome: ApplyOutcome) -> str:
 def refusal_json(message: str) -> str:
     """The JSON report of an apply refused before any lineage ran (bad specs, an
     untrusted lock, an unknown partition, ...): no lineages, the message as ``error``."""
-    document = {"format_version": FORMAT_VERSION, "kind": KIND, "interrupted": False,
-                "stopped_by": None, "lineages": [], "error": message}
+    document = envelope(KIND, interrupted=False, stopped_by=None, lineages=[], error=message)
     return json_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from reconciler.envelope import envelope
 from reconciler.plan.probes import UntilStop
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.escape import json_text, terminal
@@ -37,7 +38,6 @@ from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
 
 __all__ = [
     "EXPORT_FORMATS",
-    "HISTORY_FORMAT_VERSION",
     "diff_text",
     "export_text",
     "log_json",
@@ -48,7 +48,6 @@ __all__ = [
     "show_text",
 ]
 
-HISTORY_FORMAT_VERSION = 1
 EXPORT_FORMATS = ("csv", "jsonl")
 DEFAULT_TEXT_CHARS = 2000  # a prompt or reply shown by `ouro show` without --full
 
@@ -179,10 +178,9 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
              stops: Stops | None = None) -> str:
     values = probes or {}
     places = members or {}
-    document = {
-        "format_version": HISTORY_FORMAT_VERSION,
-        "kind": "ouro-log",
-        "lineages": [
+    document = envelope(
+        "ouro-log",
+        lineages=[
             {
                 "name": summary.name,
                 "generations": summary.generations,
@@ -201,7 +199,7 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
             }
             for summary, rows in summaries
         ],
-    }
+    )
     return json_text(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
@@ -361,8 +359,7 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
     if record is not None:
         record["model_calls"] = calls
     document = {
-        "format_version": HISTORY_FORMAT_VERSION,
-        "kind": "ouro-show",
+        **envelope("ouro-show"),
         "lineage": name,
         "row": asdict(detail.row),
         "commit": detail.commit,

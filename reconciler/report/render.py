@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
-from reconciler.kernel.base.config import LineagePaths
+from reconciler.engine.fleet import StatusLine
+from reconciler.envelope import FORMAT_VERSION, envelope
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
-from reconciler.plan.kernel_choice import KernelChoice
-from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
-from reconciler.spec.sets import Membership
 from reconciler.state.conditions import ControllerStatus, LineageConditions
-from reconciler.state.status import StatusReport
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,7 +41,6 @@ __all__ = [
     "summary_line",
 ]
 
-FORMAT_VERSION = 1
 MARKERS = {"create": "+", "extend": "~", "recover": "~", "in-sync": "=", "ahead": "=", "done": "=",
            "refuse": "!", "suspended": "-"}
 _STYLES = {"create": "green", "extend": "yellow", "recover": "magenta", "in-sync": "dim",
@@ -227,8 +222,7 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
 
 def plan_document(plan: Plan) -> dict[str, Any]:
     return {
-        "format_version": FORMAT_VERSION,
-        "kind": "ouro-plan",
+        **envelope("ouro-plan"),
         "instrument": {"commit": plan.instrument.commit,
                        "fingerprint": plan.instrument.fingerprint},
         "summary": {
@@ -308,30 +302,10 @@ def _lineage_cell(item: LineagePlan) -> str:
 # ---------------------------------------------------------------- status
 
 
-@dataclass(frozen=True)
-class StatusLine:
-    name: str
-    report: StatusReport
-    paths: LineagePaths | None = None  # where it lives
-    labels: Mapping[str, str] = field(default_factory=dict)
-    running: str | None = None  # "running in apply pid N on HOST, generation K"
-    kernel: KernelChoice | None = None  # the kernel that would extend it
-    until: UntilStop | None = None  # its spec's spec.until holds: apply runs no more
-    member: Membership | None = None  # where it sits in its set (None: not in a set)
-    conditions: LineageConditions | None = None  # what `ouro controller` last wrote of it
-
-    def places(self) -> dict[str, str] | None:
-        if self.paths is None:
-            return None
-        return {"worktree": str(self.paths.worktree), "git_dir": str(self.paths.git_dir),
-                "observations": str(self.paths.observations)}
-
-
 def status_document(lines: Sequence[StatusLine],
                     controller: ControllerStatus | None = None) -> dict[str, Any]:
     return {
-        "format_version": FORMAT_VERSION,
-        "kind": "ouro-status",
+        **envelope("ouro-status"),
         # `ouro controller`'s own conditions (null: no controller wrote any here)
         "controller": controller.controller if controller is not None else None,
         "lineages": [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from reconciler.engine.verify import LineageReport, VerifyReport
+from reconciler.envelope import envelope
 from reconciler.report.escape import json_text, terminal
-from reconciler.report.render import FORMAT_VERSION
 
 _WHY_UNKNOWN = {
     "stopped": "the audit was stopped",
@@ -69,5 +69,5 @@ def verify_text(report: VerifyReport) -> str:
 
 def verify_json(report: VerifyReport) -> str:
     """The audit's report, under the format_version and kind every JSON document has."""
-    document = {"format_version": FORMAT_VERSION, "kind": "ouro-verify", **report.as_dict()}
+    document = envelope("ouro-verify", **report.as_dict())
     return json_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")

@@ -49,6 +49,7 @@ from reconciler.spec import (
 )
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.spec.probes import ResolvedProbe, resolve
+from reconciler.statedir import state_dir  # the rule lives there; re-exported (public API)
 
 __all__ = [
     "MAX_ALIAS_NODES",
@@ -179,19 +180,6 @@ class LoadedSpec:
     def where(self) -> str:
         """``FILE:LINE`` of the document, for messages."""
         return f"{self.file}:{self.line}"
-
-
-def state_dir(explicit: Path | None = None) -> Path:
-    """Where lineages live by default: ``--state-dir``, ``OURO_STATE_DIR``, XDG data home."""
-    if explicit is not None:
-        base = Path(explicit)
-    elif os.environ.get("OURO_STATE_DIR"):
-        base = Path(os.environ["OURO_STATE_DIR"])
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME", "")
-        data_home = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local/share"
-        base = data_home / "ouro" / "lineages"
-    return Path(os.path.abspath(base.expanduser()))
 
 
 _resolve_state_dir = state_dir

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reconciler.envelope import envelope
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.state.holders import held_by
 
@@ -31,7 +32,6 @@ __all__ = ["CONDITION_TYPES", "CONTROLLER_DIR", "KIND", "STATUS_FILE", "Conditio
            "ControllerStatus", "LineageConditions", "read_status", "status_path"]
 
 KIND = "ouro-controller-status"
-FORMAT_VERSION = 1
 CONTROLLER_DIR = ".controller"
 STATUS_FILE = "status.json"
 CONDITION_TYPES = ("Ready", "Progressing", "Stalled", "Suspended")
@@ -85,8 +85,8 @@ class ControllerStatus:
         return value if isinstance(value, str) else None
 
     def as_json(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, "kind": KIND, "controller": self.controller,
-                "lineages": {name: item.as_json() for name, item in self.lineages.items()}}
+        return envelope(KIND, controller=self.controller,
+                        lineages={name: item.as_json() for name, item in self.lineages.items()})
 
 
 def status_path(state_dir: Path) -> Path:

@@ -18,9 +18,10 @@ from pathlib import Path
 from reconciler.errors import StateError
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.ownfiles import check_private
-from reconciler.spec.load import LoadedSpec, default_places, load_specs, state_dir
+from reconciler.spec.load import LoadedSpec, default_places, load_specs
 from reconciler.spec.models import ModelSpec
 from reconciler.state.branches import resolve, spec_paths
+from reconciler.statedir import state_dir
 
 __all__ = ["Lineage", "audit_record_dir", "find_lineages", "fleet", "summary_cache_dir"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine import apply as engine_apply
 from reconciler.engine import session
+from reconciler.engine.fleet import Fleet
 from reconciler.kernel.transaction import generation
 from reconciler.plan import Plan, planner
 from reconciler.report.progress import SilentReporter
@@ -44,12 +44,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return function(*args, **kwargs)
         return wrapper
 
-    observe = counting("observe", session.observe)
-    plan = counting("plan", planner.plan_lineage)
-    for module in (session, engine_apply):
-        monkeypatch.setattr(module, "observe", observe)
-    monkeypatch.setattr(planner, "plan_lineage", plan)
-    monkeypatch.setattr(engine_apply, "plan_lineage", plan)
+    # every observation and every plan of a lineage goes through the fleet
+    monkeypatch.setattr(Fleet, "observe", counting("observe", Fleet.observe))
+    monkeypatch.setattr(planner, "plan_lineage", counting("plan", planner.plan_lineage))
     monkeypatch.setattr(generation, "real_runtime", Fake().runtime)
     return counts
 

@@ -37,7 +37,7 @@ def test_public_names(module: object, names: set[str]) -> None:
 
 
 def test_contract_fields() -> None:
-    """The fields INTERFACES.md promises other parts (apply, verify) can rely on."""
+    """The fields other parts (apply, verify, the JSON reports) rely on."""
     lineage_plan = {f.name for f in dataclasses.fields(plan.LineagePlan)}
     assert lineage_plan >= {"name", "action", "reason", "message", "observed_generations",
                             "desired_generations", "missing_generations", "max_spend_usd",

@@ -32,7 +32,7 @@ def test_public_names(module: ModuleType) -> None:
 
 
 def test_the_contract_signatures() -> None:
-    """INTERFACES.md codes against these exact signatures."""
+    """The other layers code against these exact signatures."""
     assert str(inspect.signature(load.load_specs)) == (
         "(paths: 'Sequence[Path]', *, state_dir: 'Path | None' = None) -> 'list[LoadedSpec]'"
     )

@@ -36,13 +36,13 @@ from reconciler.engine.controller.lock import ControllerLock
 from reconciler.engine.controller.notify import Notifier, NotifySettings
 from reconciler.engine.controller.passes import Passes
 from reconciler.engine.controller.source import SourceError, SpecSource
+from reconciler.engine.fleet import Fleet
 from reconciler.errors import OuroError
 from reconciler.kernel.base.refusals import REASONS
 from reconciler.ownfiles import private_folder
-from reconciler.spec.load import LoadedSpec, default_places, load_specs
+from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
-from reconciler.state.branches import spec_paths
 from reconciler.state.conditions import CONTROLLER_DIR, LineageConditions, read_status
 from reconciler.state.fleet import summary_cache_dir
 
@@ -234,7 +234,7 @@ class Controller:
     # ------------------------------------------------------------ revisions
 
     def _load(self, folder: Path) -> list[LoadedSpec]:
-        return load_specs([folder / self.settings.path], state_dir=self.settings.state_dir)
+        return Fleet(self.settings.state_dir).load([folder / self.settings.path])
 
     def _consider(self, head: str) -> None:
         """Adopt ``head`` if its specs load, else report it and keep the last good one."""
@@ -319,7 +319,8 @@ class Controller:
         if limit is None:
             return None
         day = datetime.now(UTC).date()
-        spent = recorded_spend([spec_paths(s) for s in self.specs], day,
+        where = Fleet(self.settings.state_dir).where
+        spent = recorded_spend([where(s) for s in self.specs], day,
                                summary_cache_dir(self.settings.state_dir))
         worst = max((worst_case(s) for s in self.specs), default=Decimal(0))
         return DailyBudget(limit, spent=spent, worst=worst)

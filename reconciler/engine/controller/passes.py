@@ -20,23 +20,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from reconciler.engine import kernel_store_writer
 from reconciler.engine.apply import Engine, LineageResult, Reporter, default_parallelism
 from reconciler.engine.audits import AuditBatches
 from reconciler.engine.controller import conditions
 from reconciler.engine.controller.budget import DailyBudget, PassLimits
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import make_executor
+from reconciler.engine.fleet import Fleet
 from reconciler.engine.probe import Prober
 from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan
 from reconciler.plan.planner import suspended
 from reconciler.spec.load import LoadedSpec
-from reconciler.state.branches import spec_paths
 from reconciler.state.conditions import LineageConditions
 from reconciler.state.fleet import audit_record_dir
-from reconciler.state.observe import observe
-from reconciler.state.preflight import provider_problem
 from reconciler.state.summaries import heads
 
 __all__ = ["Heard", "PassResult", "Passes", "WatchedLog"]
@@ -101,18 +98,21 @@ class Passes:
         self.settled.clear()
         self.held.clear()
 
+    def fleet(self) -> Fleet:
+        """The fleet of one pass (its kernel store checked again each pass)."""
+        return Fleet(self.state_dir, command="ouro controller", identity=self.identity)
+
     def _key(self, spec: LoadedSpec) -> _Key:
-        return (spec.sha256, heads(spec_paths(spec)))
+        return (spec.sha256, heads(self.fleet().where(spec)))
 
     def run(self, specs: Sequence[LoadedSpec], *, executor: str, parallel: int | None,
             interval: float, budget: DailyBudget | None) -> PassResult:
         """One pass over ``specs``: plan the lineages that may have moved, run the pending."""
-        store = kernel_store_writer.default_store(self.state_dir)
+        fleet = self.fleet()
+        fleet.store  # noqa: B018  (checked once a pass, refused if others can write it)
         keys = {spec.name: self._key(spec) for spec in specs}
         stale = [spec for spec in specs if self.settled.get(spec.name) != keys[spec.name]]
-        observed = {spec.name: observe(spec_paths(spec)) for spec in stale}
-        plan = kernel_store_writer.plan_fleet([(spec, observed[spec.name]) for spec in stale],
-                                         self.identity, store, preflight=provider_problem)
+        plan = fleet.plan(stale)
         items = dict(zip([s.name for s in stale], plan.lineages, strict=True))
         runnable = [(spec, items[spec.name]) for spec in stale
                     if (items[spec.name].pending or items[spec.name].measure.measurements)
@@ -120,7 +120,7 @@ class Passes:
         outcome = PassResult()
         results: dict[str, LineageResult] = {}
         if runnable:
-            results = self._execute(runnable, executor, parallel, interval, budget, store)
+            results = self._execute(runnable, executor, parallel, interval, budget, fleet)
             outcome.ran = sum(r.generations_run for r in results.values())
             assert self.limits is not None
             outcome.cut_by_deadline = self.limits.stopped_by == "deadline"
@@ -133,16 +133,16 @@ class Passes:
 
     def _execute(self, runnable: list[tuple[LoadedSpec, LineagePlan]], executor: str,
                  parallel: int | None, interval: float, budget: DailyBudget | None,
-                 store: Any) -> dict[str, LineageResult]:
+                 fleet: Fleet) -> dict[str, LineageResult]:
         local = executor == "local"
         self.limits = PassLimits(deadline=time.monotonic() + interval if local else None,
                                  budget=budget)
         events = WatchedLog(self.state_dir / EVENTS_FILE, self.heard)
         audits = AuditBatches(audit_record_dir(self.state_dir))
-        engine = Engine(identity=self.identity, limits=self.limits,
+        engine = Engine(fleet=fleet, limits=self.limits,
                         reporter=_BudgetReporter(self.reporter, budget),
                         events=events, lock_timeout=0, on_lineage_done=audits.lineage_done,
-                        store=store, prober=Prober())
+                        prober=Prober())
         width = parallel or default_parallelism([s for s, _ in runnable])
         engine.probe_parallel = width
         runner = make_executor(executor, engine, self.state_dir)

@@ -27,7 +27,6 @@ from typing import Any, cast
 
 from reconciler.engine.apply import Engine, Limits, LineageResult
 from reconciler.engine.events import EVENTS_FILE, EventLog
-from reconciler.engine.forks import fork_source
 from reconciler.errors import ApplyError, OuroError
 from reconciler.kernel.base.config import Identity
 from reconciler.kernel.base.refusals import Reason
@@ -116,12 +115,8 @@ def run_request(
 ) -> dict[str, Any]:
     """Run one lineage here; the result document (never raises an OuroError). ``cancel``:
     once set, the running generation ends at once, publishing nothing."""
-    from reconciler.engine.kernel_store_writer import default_store, facts_for
-    from reconciler.plan import plan_lineage
-    from reconciler.spec.load import load_specs
+    from reconciler.engine.fleet import Fleet
     from reconciler.state import instrument
-    from reconciler.state.branches import spec_paths
-    from reconciler.state.observe import observe
 
     started = time.monotonic() if started is None else started
     try:
@@ -133,11 +128,9 @@ def run_request(
                 f"{here.fingerprint[:12]}), the plan was made under {wanted.commit[:12]} "
                 f"({wanted.fingerprint[:12]}): run the same ouro on the nodes as where you apply"
             )
-        specs = [
-            s
-            for s in load_specs([Path(request.spec_file)], state_dir=Path(request.state_dir))
-            if s.name == request.name
-        ]
+        # the plan's instrument, the apply's state dir and kernel store
+        fleet = Fleet(Path(request.state_dir), identity=wanted)
+        specs = [s for s in fleet.load([Path(request.spec_file)]) if s.name == request.name]
         if not specs:
             raise ApplyError(f"ouro: {request.spec_file} no longer has lineage {request.name}")
         spec = specs[0]
@@ -155,19 +148,14 @@ def run_request(
     if cancel is not None:
         limits.cancel = cancel
     engine = Engine(
-        identity=wanted,
+        fleet=fleet,
         limits=limits,
         reporter=_JobLog(),
         events=_events(Path(request.state_dir) / EVENTS_FILE),
         lock_timeout=request.lock_timeout,
-        store=default_store(Path(request.state_dir)),  # the kernel store the apply uses
     )
     try:
-        observed = observe(spec_paths(spec))
-        fork = fork_source(spec, observed)
-        planned = plan_lineage(spec, observed, wanted, fork=fork,
-                               kernel=facts_for(spec, observed, wanted, engine.kernel_store(),
-                                                fork))
+        planned = fleet.plan_one(spec)  # its kernel chosen, its provider preflighted
     except OuroError as error:
         result = LineageResult(request.name, "refuse")
         result.errors.append(str(error))

@@ -1,4 +1,4 @@
-"""Probes: measurements of a lineage's generations, never physics (DESIGN.md "Probes").
+"""Probes: measurements of a lineage's generations, never physics (docs/spec.md, ``spec.probes``).
 
 Rule: a probe runs on one generation's committed tree in a sandbox as strict as a
 life's, built from the kernel's public pieces (its ceilings scope, its bwrap
