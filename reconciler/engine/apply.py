@@ -21,28 +21,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Protocol
-
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.probe import Prober, ProbeResult, probe
-from reconciler.engine.probes.measure import measure_missing
 from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
 from reconciler.kernel.base.formats import DASH
-from reconciler.kernel.broker.providers import replay_files
 from reconciler.ownfiles import write_atomic
 from reconciler.plan import LineagePlan, Refusal
 from reconciler.plan.continuation import (
@@ -59,6 +49,9 @@ from reconciler.state import preflight
 from reconciler.state.failures import failed_streak, replay_cursor
 from reconciler.state.observe import Observed, observe
 from reconciler.state.stops import stop_path, stop_record
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
 
 TRANSIENT_ATTEMPTS = 4
 # Descriptors: a running generation holds about ten in this process (pipes to its broker
@@ -217,6 +210,14 @@ def lineages_at_once(parallel: int, open_now: int | None = None,
 
 
 def _retrying() -> Retrying:
+    from tenacity import (
+        Retrying,
+        retry_if_exception_type,
+        stop_after_attempt,
+        wait_exponential,
+        wait_random,
+    )
+
     return Retrying(
         retry=retry_if_exception_type(kernel_errors.TransientError),
         stop=stop_after_attempt(TRANSIENT_ATTEMPTS),
@@ -427,6 +428,8 @@ class Engine:
         stop if it still does not answer, else None."""
         model = spec.model()
         if model.provider == "replay" and model.replay_dir is not None:
+            from reconciler.kernel.broker.providers import replay_files
+
             try:
                 replies = len(replay_files(model.replay_dir))
             except OSError:  # the generation's own check says what is wrong with the folder
@@ -576,6 +579,8 @@ class Engine:
         Returns how many records were written."""
         if not spec.probes or self.limits.cancel.is_set():
             return 0
+        from reconciler.engine.probes.measure import measure_missing
+
         done = measure_missing(paths, spec.probes, parallel=self.probe_parallel,
                                cancel=self.limits.cancel, only=only)
         result.measured += done.records

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from reconciler.engine.fleet import Fleet
 from reconciler.engine.verify import (
     AuditHandle,
     Child,
@@ -28,7 +29,6 @@ from reconciler.engine.verify import (
 )
 from reconciler.errors import OuroError
 from reconciler.spec.load import LoadedSpec
-from reconciler.state.branches import spec_paths
 
 AUDIT_WAIT_S = 120.0  # per batch, once the generations are done
 
@@ -127,8 +127,9 @@ class AuditBatches:
 
     def _launch(self) -> None:
         if self._waiting:
-            items = [(spec.name, spec_paths(spec)) for spec in self._waiting]
-            parents = {spec.fork_parent.name: spec_paths(spec.fork_parent)
+            where = Fleet().where  # (the places and branches alone: no state dir is read)
+            items = [(spec.name, where(spec)) for spec in self._waiting]
+            parents = {spec.fork_parent.name: where(spec.fork_parent)
                        for spec in self._waiting if spec.fork_parent is not None}
             self._handles.append(start_background_audit(
                 items, record_dir=self._record_dir, parents=parents,

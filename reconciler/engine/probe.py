@@ -21,18 +21,13 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from reconciler.kernel.base import registry
 from reconciler.kernel.base.config import ModelConfig
-from reconciler.kernel.broker.providers import (
-    DETAIL_CHARS,
-    auth_headers,
-    base_url,
-    redact,
-)
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["PROBE_TIMEOUT_SECONDS", "ProbeResult", "Prober", "probe"]
 
@@ -69,6 +64,10 @@ def _key_phrase(model: ModelConfig, sent: bool) -> str:
 def _transport_failure(model: ModelConfig, url: str, error: Exception,
                        secret: str | None) -> ProbeResult:
     """DNS, TLS, refused connection or timeout, each with its own remedy."""
+    import httpx
+
+    from reconciler.kernel.broker.providers import DETAIL_CHARS, redact
+
     text = redact(f"{type(error).__name__}: {error}", secret)[:DETAIL_CHARS]
     chain: list[BaseException] = []
     cause: BaseException | None = error
@@ -100,7 +99,12 @@ def probe(model: ModelConfig, api_key: str | None, *,
           transport: httpx.BaseTransport | None = None,
           timeout: float = PROBE_TIMEOUT_SECONDS) -> ProbeResult:
     """One model-list request for ``model``'s provider configuration. Never raises for
-    anything the network or server does."""
+    anything the network or server does. (httpx is imported here: an apply with nothing
+    to probe, in sync, never pays for it.)"""
+    import httpx
+
+    from reconciler.kernel.broker.providers import auth_headers, base_url
+
     if model.provider in registry.OFFLINE_PROVIDERS:
         return ProbeResult(True, "ok", f"provider {model.provider} reaches no server")
     try:
@@ -137,6 +141,8 @@ def _answer(model: ModelConfig, url: str, status: int, body: bytes,
         return ProbeResult(True, "ok", f"{where} accepts {_key_phrase(model, sent)}",
                            http_status=status)
     if status in REFUSED_KEY:
+        from reconciler.kernel.broker.providers import redact
+
         text = redact(body[: BODY_LIMIT].decode("utf-8", "replace"), secret)[:200].strip()
         variable = model.api_key_env
         if sent:
