@@ -25,6 +25,21 @@ def shared_dir() -> Path:
     pytest.fail("../shared/fixtures is missing: the fixture lineages are needed")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under the test command's ``-n 2 --dist loadgroup`` (pytest-xdist) a session fixture
+    is made once per worker that uses it: the Slurm tests share one worker and so one
+    cluster (tests/slurm/conftest.py), the tests of the grown fleet (tests/history/fleet.py,
+    a dozen real applies) one fleet. The Slurm tests come first: the longest group starts
+    at once while the other worker takes everything else."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif "grown_fleet" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("fleet"))
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)  # stable
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
