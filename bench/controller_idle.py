@@ -4,7 +4,7 @@
 One command: `python bench/controller_idle.py [--lineages L] [--generations G]
 [--interval D] [--seconds S]`.
 
-The lineages are written once with bench/plan_bench.py's builder (CONTRACT.md's formats,
+The lineages are written once with plan_bench.py's builder (docs/lineage-contract.md's formats,
 pygit2, a fixed instrument) at their default places in a state dir of their own, cached
 under the temp folder's ouro-bench/ (ouro refuses lineages on the host Python's path); a
 spec repository beside them holds one spec per lineage, each asking for the G

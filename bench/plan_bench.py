@@ -4,7 +4,7 @@
 One command: `python bench/plan_bench.py [--lineages N] [--generations G] [--rounds R]
 [--layout loose|packed]`.
 
-The fleet is synthetic but in CONTRACT.md's formats (seed with metadata,
+The fleet is synthetic but in docs/lineage-contract.md's formats (seed with metadata,
 `gen N:` commits with journal entries, `external edit` commits between some
 generations and at some heads, one observation per generation, clean
 worktrees). It is written with pygit2, so its objects are loose, as the

@@ -4,7 +4,7 @@
 One command: `python bench/set_bench.py [--cells C] [--replicas R] [--generations G]
 [--rounds N]`.
 
-The members' lineages are written once with bench/plan_bench.py's builder (CONTRACT.md's
+The members' lineages are written once with plan_bench.py's builder (docs/lineage-contract.md's
 formats, pygit2, a fixed instrument) at the set's default places in a state dir of their
 own, cached under the temp folder's ouro-bench/ (not bench/out/: ouro refuses lineages
 on the host Python's path). Measured in the same run, as fresh processes (imports

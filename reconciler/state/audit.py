@@ -390,7 +390,7 @@ def _call_valid(call: Any) -> bool:
 
 
 def observation_valid(record: Any, number: int) -> bool:
-    """Schema and field types of one generation observation (CONTRACT.md)."""
+    """Schema and field types of one generation observation (docs/lineage-contract.md)."""
     if not isinstance(record, dict) or record.get("schema") != GENERATION_SCHEMA:
         return False
     if record.get("generation") != number or not _is_int(record.get("generation")):

@@ -30,7 +30,7 @@ class ReadProblem:
 
 @dataclass(frozen=True)
 class Interrupted:
-    """Leftovers of an interrupted generation (see INTERFACES.md, the transaction).
+    """Leftovers of an interrupted generation (docs/kernel.md: a crash-safe transaction).
 
     ``roll-forward``: an observation names commit C whose parent is the branch
     head (publish it); ``discard``: an intent marker with no observation naming

@@ -1,4 +1,4 @@
-"""Build real lineages for tests with pygit2, in CONTRACT.md's formats.
+"""Build real lineages for tests with pygit2, in docs/lineage-contract.md's formats.
 
 A ``LineageBuilder`` writes the three places (worktree + separate git dir,
 observation repo), a ``seed`` commit with (or without) metadata, generation

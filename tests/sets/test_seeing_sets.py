@@ -1,6 +1,6 @@
 """A set seen whole: `ouro status`, `log` and `export` group its members by set and cell
 and show the members it no longer has as orphaned, the same ones plan names (real
-lineages in CONTRACT.md's formats, written with pygit2; nothing is deleted)."""
+lineages in docs/lineage-contract.md's formats, written with pygit2; nothing is deleted)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A small builder of real lineages (both repositories, pygit2), following CONTRACT.md.
+"""A small builder of real lineages (both repositories, pygit2), following docs/lineage-contract.md.
 
 Independent of the kernel on purpose: the audit is checked against the contract,
 not against the code that writes lineages. Every commit goes on the real

@@ -1,7 +1,7 @@
 """The audit on real repositories: each finding provoked, the fixtures, unknown-not-guilty.
 
 Every case builds a sound lineage (tests/verify/builder.py, written from
-CONTRACT.md), damages it the way the case says, and expects EXACTLY these
+docs/lineage-contract.md), damages it the way the case says, and expects EXACTLY these
 findings: a missing one is a blind spot, an extra one a false accusation.
 """
 

@@ -1,6 +1,6 @@
 """The set page in Chromium: linked from the fleet page, one metric of every member
 overlaid (organism size, spend, survival, a probe's metric), each cell's mean and spread,
-orphans drawn and marked but left out of the mean (real lineages in CONTRACT.md's
+orphans drawn and marked but left out of the mean (real lineages in docs/lineage-contract.md's
 formats written with pygit2, real probe records, a real `ouro view`)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Rule: every refusal reason any layer gives is a member of ``Reason``, declared
 here once: the kernel's drift and damage errors (``errors.DriftError.reason``),
 the problems reading a lineage's places finds (``reconciler.state.observe``),
-the kernel choice's refusals (``reconciler.plan.kernels``) and the plan's
+the kernel choice's refusals (``reconciler.plan.kernel_choice``) and the plan's
 (``reconciler.plan.planner``, which checks them in ``REASONS``' order, most
 fundamental first). The sub-lists say which layer gives which; a test keeps
 each inside ``REASONS``. Plain values, no I/O.
@@ -55,7 +55,7 @@ ProblemCode = Literal[
     "generation-running",
 ]
 
-# The kernel choice's refusals (``reconciler.plan.kernels``).
+# The kernel choice's refusals (``reconciler.plan.kernel_choice``).
 KernelReason = Literal["kernel-unavailable", "kernel-damaged", "fingerprint-drift",
                        "foreign-kernel"]
 

@@ -140,7 +140,7 @@ def capabilities(constraints: dict[str, Any], kernel_view: str = "/kernel") -> d
 
 @dataclass(frozen=True)
 class BrokerReport:
-    model_calls: list[dict[str, Any]]  # CONTRACT.md model_calls records
+    model_calls: list[dict[str, Any]]  # docs/lineage-contract.md model_calls records
     accounted_usd: Decimal
 
 

@@ -1,6 +1,6 @@
 """The sandbox one life runs in: bubblewrap inside a ceilings scope. Trusted harness.
 
-Rule: the organism sees exactly CONTRACT.md "Inside a generation" and nothing
+Rule: the organism sees exactly docs/lineage-contract.md "Inside a generation" and nothing
 else -- a fresh size-limited /work, bounded /tmp and /run, read-only /usr
 (plus /etc/alternatives, so Debian's /usr/bin/emacs resolves), the kernel
 folder read-only at /kernel, a read-only root, a read-only /dev holding only

@@ -546,7 +546,7 @@ def _observation(
     ran_with: Mapping[str, Any] | None = None,
     refused: int = 0,
 ) -> dict[str, Any]:
-    """The generation's observation record: CONTRACT.md's fields in the original's order,
+    """The generation's observation record: the lineage contract's fields in the original's order,
     then ouro's additions (ceiling_backend, provenance, accounted_usd, rejection,
     replay_cursor: model calls answered 200 in this lineage through this generation,
     ran_with: the kernel, control plane and versions, as the control plane gave them;
