@@ -4,11 +4,11 @@ controller on the same state dir refuses, naming the first."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
+from reconciler.kernel.base.formats import MARKER_FILE
 from tests.apply.helpers import assert_invariant, ouro_argv, run_ouro
 from tests.controller.harness import Running, SpecRepo, events, spec_text
 from tests.observe.builder import lineage_paths
@@ -25,8 +25,10 @@ def test_sigkill_mid_generation_then_restart_loses_nothing_and_runs_nothing_twic
         spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
     spec_repo.commit("alpha", {"alpha.yaml": spec_text("alpha", 3)})
     first = Running(spec_repo.bare, state, env=env)
-    first.wait(lambda: _started(state, 2), "generation 2 started")
-    time.sleep(0.5)  # inside the generation
+    # started, and its intent marker written: a kill between the two (or after the
+    # generation ended) leaves nothing to recover, which is not what this test is about
+    marker = Path(lineage_paths(state, "alpha").git_dir) / MARKER_FILE
+    first.wait(lambda: _started(state, 2) and marker.exists(), "generation 2 running")
     first.kill()
     shutil.rmtree(state / ".controller")  # the cache is deletable: the repositories suffice
     second = Running(spec_repo.bare, state, env=env)

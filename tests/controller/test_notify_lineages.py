@@ -1,0 +1,77 @@
+"""The controller's notifications about a lineage's own course, over real lives: a death
+streak (three generations dead in a row) and a target reached (a probe's `until`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.apply.helpers import UNASKED
+from tests.controller.harness import Hook, Running, SpecRepo, spec_text
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
+
+LETHAL = "(kill-emacs 3)\n"  # gen 1 writes it as the organism; every life after dies
+# Appends (defun gN () N) to itself, N the journal's entries so far.
+COUNTING = """\
+;;; organism.el --- counts its lives  -*- lexical-binding: t; -*-
+(let ((seen (with-temp-buffer
+              (insert-file-contents "/kernel/journal.md")
+              (count-matches "^## gen " (point-min) (point-max))))
+      (file "/work/organism.el"))
+  (with-temp-buffer
+    (insert-file-contents file)
+    (goto-char (point-max))
+    (insert (format "(defun g%d () %d)\\n" seen seen))
+    (write-region nil nil file)))
+"""
+DEFUNS = "printf '{\"defuns\": %d}' \"$(grep -c '^(defun g' organism.el)\"\n"
+
+
+def _replay(spec_repo: SpecRepo, folder: str, bodies: list[str]) -> None:
+    replies = spec_repo.work / "specs" / folder
+    replies.mkdir(parents=True)
+    for index, body in enumerate(bodies, start=1):
+        (replies / f"{index:04d}.el").write_text(body)
+
+
+def _replaying(name: str, generations: int, folder: str, tail: str = "") -> str:
+    return spec_text(name, generations, provider="replay", extra=f"replay: {folder}") + tail
+
+
+def test_a_death_streak_and_a_target_reached_are_notified_once_each(
+        spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
+    hook = Hook()
+    _replay(spec_repo, "mortal-replies", [LETHAL, UNASKED])
+    _replay(spec_repo, "grows-replies", [COUNTING, UNASKED])
+    probe = spec_repo.work / "specs" / "probes" / "defuns"
+    probe.mkdir(parents=True)
+    (probe / "defuns.sh").write_text(DEFUNS)
+    measured = (
+        "  probes:\n"
+        "    - {name: defuns, run: [/bin/sh, /probe/defuns.sh], files: probes/defuns,\n"
+        "       ceilings: {wall: 20s, cpu: 5s, memory: 256MiB}}\n"
+        "  until:\n    - {probe: defuns, metric: defuns, at_least: 1}\n")
+    spec_repo.commit("two lineages", {
+        "mortal.yaml": _replaying("mortal", 5, "mortal-replies"),
+        "grows.yaml": _replaying("grows", 6, "grows-replies", measured),
+    })
+    running = Running(spec_repo.bare, state, "--notify", hook.url, env=env)
+    try:
+        running.wait(lambda: {"death-streak", "target-reached"} <= set(hook.events()),
+                     "the death streak and the target", timeout=240)
+        running.wait(lambda: running.lineage("mortal").get("generations") == 5,
+                     "mortal's five generations", timeout=240)
+    finally:
+        assert running.stop() == 0, running.output()
+        hook.close()
+    by_event = {item["event"]: item for item in hook.received}
+    assert sorted(hook.events()).count("death-streak") == 1, hook.events()  # gen 5: no again
+    streak = by_event["death-streak"]
+    assert (streak["lineage"], streak["generation"], streak["streak"]) == ("mortal", 4, 3)
+    assert "mortal: 3 generations died in a row" in streak["text"]
+    reached = by_event["target-reached"]
+    assert reached["lineage"] == "grows" and reached["reason"] == "target-reached", reached
+    assert reached["generation"] == 2 and "grows stopped after gen 2" in reached["text"]
+    assert "lineage-stopped" not in hook.events()  # a goal is not reported as a stop
