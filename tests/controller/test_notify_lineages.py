@@ -12,7 +12,22 @@ from tests.controller.harness import Hook, Running, SpecRepo, spec_text
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
 
-LETHAL = "(kill-emacs 3)\n"  # gen 1 writes it as the organism; every life after dies
+# Grows by a comment while the journal has fewer than 2 entries, then dies on every life.
+# A death restores the nearest older body that differs (docs/lineage-contract.md): this
+# body and its grown copy, both lethal from gen 3 on, so every life from gen 3 dies.
+MORTAL = """\
+;;; organism.el --- grows once, then dies  -*- lexical-binding: t; -*-
+(let ((seen (with-temp-buffer
+              (insert-file-contents "/kernel/journal.md")
+              (count-matches "^## gen " (point-min) (point-max)))))
+  (when (>= seen 2)
+    (kill-emacs 3))
+  (with-temp-buffer
+    (insert-file-contents "/work/organism.el")
+    (goto-char (point-max))
+    (insert ";; grown\\n")
+    (write-region nil nil "/work/organism.el")))
+"""
 # Appends (defun gN () N) to itself, N the journal's entries so far.
 COUNTING = """\
 ;;; organism.el --- counts its lives  -*- lexical-binding: t; -*-
@@ -43,7 +58,7 @@ def _replaying(name: str, generations: int, folder: str, tail: str = "") -> str:
 def test_a_death_streak_and_a_target_reached_are_notified_once_each(
         spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
     hook = Hook()
-    _replay(spec_repo, "mortal-replies", [LETHAL, UNASKED])
+    _replay(spec_repo, "mortal-replies", [MORTAL, UNASKED])
     _replay(spec_repo, "grows-replies", [COUNTING, UNASKED])
     probe = spec_repo.work / "specs" / "probes" / "defuns"
     probe.mkdir(parents=True)
@@ -54,22 +69,22 @@ def test_a_death_streak_and_a_target_reached_are_notified_once_each(
         "       ceilings: {wall: 20s, cpu: 5s, memory: 256MiB}}\n"
         "  until:\n    - {probe: defuns, metric: defuns, at_least: 1}\n")
     spec_repo.commit("two lineages", {
-        "mortal.yaml": _replaying("mortal", 5, "mortal-replies"),
+        "mortal.yaml": _replaying("mortal", 6, "mortal-replies"),
         "grows.yaml": _replaying("grows", 6, "grows-replies", measured),
     })
     running = Running(spec_repo.bare, state, "--notify", hook.url, env=env)
     try:
         running.wait(lambda: {"death-streak", "target-reached"} <= set(hook.events()),
                      "the death streak and the target", timeout=240)
-        running.wait(lambda: running.lineage("mortal").get("generations") == 5,
-                     "mortal's five generations", timeout=240)
+        running.wait(lambda: running.lineage("mortal").get("generations") == 6,
+                     "mortal's six generations", timeout=240)
     finally:
         assert running.stop() == 0, running.output()
         hook.close()
     by_event = {item["event"]: item for item in hook.received}
-    assert sorted(hook.events()).count("death-streak") == 1, hook.events()  # gen 5: no again
+    assert sorted(hook.events()).count("death-streak") == 1, hook.events()  # gen 6: not again
     streak = by_event["death-streak"]
-    assert (streak["lineage"], streak["generation"], streak["streak"]) == ("mortal", 4, 3)
+    assert (streak["lineage"], streak["generation"], streak["streak"]) == ("mortal", 5, 3)
     assert "mortal: 3 generations died in a row" in streak["text"]
     reached = by_event["target-reached"]
     assert reached["lineage"] == "grows" and reached["reason"] == "target-reached", reached
