@@ -1,7 +1,8 @@
 """Physics release 2 is a new physics version: a lineage born under the kernel before it
 keeps running under that stored kernel (no filter, no sandbox disclosure), while one
 born under it runs confined -- in-process, and from the kernel store as a pinned
-subprocess once a later kernel change makes it an old lineage in turn."""
+subprocess once a later kernel change makes it an old lineage in turn; and at the real
+boundary of physics release 3, a lineage born under release 2 keeps its stored kernel."""
 
 from __future__ import annotations
 
@@ -35,16 +36,20 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
 BEFORE_RELEASE_2 = "1f9102200c575934ce060b9473fd6ed491c1a261"
 
 
-def _before_release_2(folder: Path) -> bool:
-    """Write the source tree of main before release 2 into ``folder`` (git archive)."""
+# main just before physics release 3 (the kernel waits on its broker with poll(2))
+BEFORE_RELEASE_3 = "33611e551956eef8b8d084e1ade2b084ef2fc382"
+
+
+def _source_at(revision: str, folder: Path) -> bool:
+    """Write the source tree of ``revision`` of this repository into ``folder``."""
     if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
         return False
     found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
-                            f"{BEFORE_RELEASE_2}^{{commit}}"], capture_output=True, check=False)
+                            f"{revision}^{{commit}}"], capture_output=True, check=False)
     if found.returncode != 0:
         return False
     folder.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", BEFORE_RELEASE_2],
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     return True
@@ -71,7 +76,7 @@ def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> No
     require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
             "needs bubblewrap and git")
     old_source = tmp_path / "ouro-before"
-    require(_before_release_2(old_source), "needs this repository's git history")
+    require(_source_at(BEFORE_RELEASE_2, old_source), "needs this repository's git history")
     checkout = make_checkout(tmp_path / "ouro", source=old_source)
     state = tmp_path / "state"
     env = environment(state)
@@ -113,3 +118,38 @@ def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> No
     assert pinned["seccomp_bpf_sha256"] == born["seccomp_bpf_sha256"]
     json.dumps(pinned)
     assert git(checkout, "rev-list", "--count", "HEAD") == "3"
+
+
+def test_lineages_born_under_release_2_keep_their_kernel_after_release_3(
+        tmp_path: Path) -> None:
+    """The real boundary: main before release 3 births a lineage; this ouro extends it
+    by its stored kernel (release 2's fingerprint) and births new ones under its own."""
+    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
+            "needs bubblewrap and git")
+    old_source = tmp_path / "ouro-before"
+    require(_source_at(BEFORE_RELEASE_3, old_source), "needs this repository's git history")
+    checkout = make_checkout(tmp_path / "ouro", source=old_source)
+    state = tmp_path / "state"
+    env = environment(state)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+
+    write_spec(specs, "two", 1)
+    _apply(checkout, env, specs)  # born under release 2
+    born_two = _record(state, "two", 1)["ran_with"]["kernel"]
+
+    _replace_source(checkout, REPO_ROOT)
+    commit(checkout, "release 3")
+    write_spec(specs, "two", 2)
+    write_spec(specs, "three", 1)
+    _apply(checkout, env, specs)
+    extended = _record(state, "two", 2)
+    assert extended["outcome"] == "no-change", extended["stderr_tail"]
+    kernel = extended["ran_with"]["kernel"]
+    assert kernel["source"] == "store", extended["ran_with"]  # its own stored kernel
+    assert (kernel["commit"], kernel["fingerprint"]) == \
+        (born_two["commit"], born_two["fingerprint"])
+    three = _record(state, "three", 1)
+    assert three["outcome"] == "no-change", three["stderr_tail"]
+    assert three["ran_with"]["kernel"]["source"] == "running"
+    assert three["ran_with"]["kernel"]["fingerprint"] != born_two["fingerprint"]  # new physics
