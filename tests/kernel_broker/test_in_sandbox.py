@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import shutil
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_seed_in_the_sandbox_gets_its_successor_through_the_broker(
                           generation=2)
     try:
         result = sandbox.run_sandbox(kernel_dir=kernel, ceilings=ceilings,
-                                     scope_name=f"broker-test-{tmp_path.name}")
+                                     scope_name=f"broker-test-{uuid.uuid4().hex[:12]}")
     finally:
         report = broker.stop()
     assert result.exit_status == 0, result.stderr
