@@ -1,4 +1,5 @@
-"""What apply reads of a lineage's newest observations before it runs more. Read-only.
+"""What apply and the controller read of a lineage's newest observations before it runs
+more. Read-only.
 
 Rule: never raises: an observation that cannot be read counts as no failure (the
 provider's probe still guards) and as an unknown replay cursor.
@@ -6,11 +7,12 @@ provider's probe still guards) and as an unknown replay cursor.
 
 from __future__ import annotations
 
+from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.failures import failed_every_call
 from reconciler.state.repos import READ_ERRORS, Lineage
 
-__all__ = ["failed_streak", "replay_cursor"]
+__all__ = ["died_streak", "failed_streak", "replay_cursor"]
 
 
 def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
@@ -27,6 +29,24 @@ def failed_streak(paths: LineagePaths, newest: int, limit: int) -> int:
             count += 1
     except READ_ERRORS as error:
         del error  # unreadable history counts as no failures: the probe still guards
+    return count
+
+
+def died_streak(paths: LineagePaths, newest: int, limit: int) -> int:
+    """How many of the generations up to ``newest`` (at most ``limit``), counting back,
+    died (their observations' ``outcome``). Never raises: what cannot be read ends the
+    count."""
+    count = 0
+    lineage = Lineage(paths)
+    try:
+        for number in range(newest, max(0, newest - limit), -1):
+            record = lineage.observation(number)
+            outcome = record.get("outcome") if record is not None else None
+            if not isinstance(outcome, str) or formats.status_of_outcome(outcome) != "died":
+                break
+            count += 1
+    except READ_ERRORS as error:
+        del error  # unreadable history ends the streak: a notification is not a guess
     return count
 
 

@@ -90,3 +90,33 @@ def test_a_death_streak_and_a_target_reached_are_notified_once_each(
     assert reached["lineage"] == "grows" and reached["reason"] == "target-reached", reached
     assert reached["generation"] == 2 and "grows stopped after gen 2" in reached["text"]
     assert "lineage-stopped" not in hook.events()  # a goal is not reported as a stop
+
+
+def test_a_death_streak_across_a_restart_is_counted_from_the_repositories(
+        spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
+    """Two deaths (gens 3 and 4) under one controller, the third (gen 5) under the next:
+    the streak is read back from the observations, so it is notified at gen 5 and only
+    there (not at 7, as a count kept in memory would)."""
+    _replay(spec_repo, "mortal-replies", [MORTAL, UNASKED])
+    spec_repo.commit("four generations", {"mortal.yaml": _replaying("mortal", 4, "mortal-replies")})
+    first = Hook()
+    running = Running(spec_repo.bare, state, "--notify", first.url, env=env)
+    try:
+        running.wait(lambda: running.lineage("mortal").get("generations") == 4,
+                     "mortal's four generations", timeout=240)
+    finally:
+        assert running.stop() == 0, running.output()
+        first.close()
+    assert "death-streak" not in first.events()  # two deaths in a row: not yet a streak
+    spec_repo.commit("six generations", {"mortal.yaml": _replaying("mortal", 6, "mortal-replies")})
+    second = Hook()
+    running = Running(spec_repo.bare, state, "--notify", second.url, env=env)
+    try:
+        running.wait(lambda: running.lineage("mortal").get("generations") == 6,
+                     "mortal's six generations", timeout=240)
+        running.wait(lambda: "death-streak" in second.events(), "the death streak", timeout=30)
+    finally:
+        assert running.stop() == 0, running.output()
+        second.close()
+    streaks = [item for item in second.received if item["event"] == "death-streak"]
+    assert [(item["generation"], item["streak"]) for item in streaks] == [(5, 3)], streaks

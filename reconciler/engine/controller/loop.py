@@ -44,6 +44,7 @@ from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
 from reconciler.state.conditions import CONTROLLER_DIR, LineageConditions, read_status
+from reconciler.state.failures import died_streak
 from reconciler.state.fleet import summary_cache_dir
 
 __all__ = ["Controller", "ControllerSettings"]
@@ -353,7 +354,10 @@ class Controller:
         """The engine's events that are worth a notification (called from its threads)."""
         name = str(fields.get("lineage", ""))
         if event == "generation":
-            streak = self._streaks.get(name, 0) + 1 if fields.get("status") == "died" else 0
+            before = self._streaks.get(name)
+            if before is None:  # its first life since this controller started
+                before = self._recorded_streak(name, fields.get("generation"))
+            streak = before + 1 if fields.get("status") == "died" else 0
             self._streaks[name] = streak
             if streak == self.settings.death_streak:
                 self.notifier.send(
@@ -369,6 +373,16 @@ class Controller:
                 f"({fields.get('reason')}): {fields.get('message')}",
                 lineage=name, generation=fields.get("generation"),
                 reason=fields.get("reason"), message=fields.get("message"), **self._where())
+
+    def _recorded_streak(self, name: str, generation: object) -> int:
+        """The deaths in a row just before ``generation``, read from the lineage's
+        observations: a restarted controller keeps no memory, the repositories do (a streak
+        that spans the restart is notified once, when it reaches the threshold)."""
+        spec = next((spec for spec in self.specs if spec.name == name), None)
+        if spec is None or not isinstance(generation, int) or generation < 2:
+            return 0
+        paths = Fleet(self.settings.state_dir).where(spec)
+        return died_streak(paths, generation - 1, self.settings.death_streak)
 
     # ------------------------------------------------------------ the document
 
