@@ -220,10 +220,13 @@ class Fleet:
 
     def observe(self, spec: LoadedSpec, at: LineagePaths | None = None) -> Observed:
         """What ``spec``'s lineage is now, where it lives now (``at``: where that was just
-        found, under the lineage's lock)."""
-        from reconciler.state.observe import observe
+        found, under the lineage's lock; else ``where``'s answer, found in the same pass
+        as the observation: ``state.observe.observe_spec``)."""
+        from reconciler.state.observe import observe, observe_spec
 
-        return observe(self.where(spec) if at is None else at, self.cache_dir())
+        if at is None:
+            return observe_spec(spec, self.cache_dir())[1]
+        return observe(at, self.cache_dir())
 
     def cache_dir(self) -> Path | None:
         """The summaries' folder observe keeps its records in, when this fleet is

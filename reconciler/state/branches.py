@@ -18,6 +18,7 @@ lineage: what cannot be read is simply not a record.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel.base.config import METADATA_FILE, LineagePaths
 from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
-from reconciler.state.repos import Repo, open_repo
+from reconciler.state.repos import Lineage, Repo
 
 __all__ = ["DEFAULT_BRANCH_PREFIX", "DeclaredSpec", "Recorded", "names_another",
            "recorded_branches", "resolve", "spec_paths"]
@@ -81,12 +82,14 @@ def _root_metadata(repo: Repo) -> dict[str, Any]:
         return {}
 
 
-def recorded_branches(paths: LineagePaths) -> Recorded:
-    """The branches the lineage at ``paths`` records (its places as they are now)."""
+def recorded_branches(paths: LineagePaths, opened: Lineage | None = None) -> Recorded:
+    """The branches the lineage at ``paths`` records (its places as they are now);
+    ``opened``: its repositories, when the caller has opened them already."""
     lineage: str | None = None
     observation: str | None = None
     lineage_source = observation_source = ""
-    obs = open_repo(paths.observations)
+    opened = opened if opened is not None else Lineage(paths)
+    obs = opened.observations
     if obs is not None:
         record = _json_object(obs, _head_commit(obs), OBSERVATION_METADATA_FILE)
         where = f"{paths.observations}/{OBSERVATION_METADATA_FILE}"
@@ -95,7 +98,7 @@ def recorded_branches(paths: LineagePaths) -> Recorded:
         observation_source = where if observation else ""
     if lineage is not None and observation is not None:
         return Recorded(lineage, observation, lineage_source, observation_source)
-    repo = open_repo(paths.git_dir, bare=True)
+    repo = opened.lineage
     if repo is not None:
         root = _root_metadata(repo)
         where = f"{paths.git_dir}: {METADATA_FILE} of the root commit"
@@ -122,7 +125,7 @@ def names_another(branch: str | None, name: str) -> str | None:
 
 def resolve(
     paths: LineagePaths, *, declared_branch: str | None, declared_observation_branch: str | None,
-    by_name: bool = False,
+    by_name: bool = False, recorded_of: Callable[[LineagePaths], Recorded] = recorded_branches,
 ) -> LineagePaths:
     """``paths`` (the loader's defaults) with the branches the spec means.
 
@@ -130,14 +133,16 @@ def resolve(
     else the default (a birth). ``by_name`` (a spec's lineage): a recorded default
     branch of ANOTHER name (``lineage-a`` for a spec named ``b``) is not adopted: the
     spec keeps its own, and ``observe`` refuses the mismatch naming both (two specs
-    naming one place across runs are told apart as within one).
+    naming one place across runs are told apart as within one). ``recorded_of``: how the
+    recorded branches are read (``recorded_branches``, or a reader that answers exactly
+    as it does, from what it has read already).
     """
     if declared_branch and declared_observation_branch:
         return replace(paths, branch=declared_branch,
                        observation_branch=declared_observation_branch)
     if not any(os.path.lexists(p) for p in (paths.worktree, paths.git_dir, paths.observations)):
         return paths
-    recorded = recorded_branches(paths)
+    recorded = recorded_of(paths)
     branch = declared_branch or recorded.lineage or paths.branch
     if by_name and declared_branch is None and names_another(recorded.lineage, paths.name):
         branch = paths.branch
@@ -147,11 +152,14 @@ def resolve(
     return replace(paths, branch=branch, observation_branch=observation)
 
 
-def spec_paths(spec: DeclaredSpec) -> LineagePaths:
-    """The places and branches of a spec's lineage as they are now (see the module rule)."""
+def spec_paths(spec: DeclaredSpec,
+               recorded_of: Callable[[LineagePaths], Recorded] = recorded_branches
+               ) -> LineagePaths:
+    """The places and branches of a spec's lineage as they are now (see the module rule;
+    ``recorded_of`` as ``resolve``'s)."""
     return resolve(
         spec.paths(),
         declared_branch=spec.declared_branch,
         declared_observation_branch=spec.declared_observation_branch,
-        by_name=True,
+        by_name=True, recorded_of=recorded_of,
     )

@@ -40,7 +40,13 @@ from reconciler.kernel.transaction import leftovers
 from reconciler.kernel.transaction.publish import ref_locks
 from reconciler.kernel.transaction.recovery import marker_alive
 from reconciler.state import observed_cache
-from reconciler.state.branches import Recorded, names_another, recorded_branches
+from reconciler.state.branches import (
+    DeclaredSpec,
+    Recorded,
+    names_another,
+    recorded_branches,
+    spec_paths,
+)
 from reconciler.state.holders import held_by
 from reconciler.state.observed import (
     GenerationCommit,
@@ -71,6 +77,7 @@ __all__ = [
     "Observed",
     "ReadProblem",
     "observe",
+    "observe_spec",
 ]
 
 INTENT_MARKER = formats.MARKER_FILE  # the kernel's name, kept under this module's spelling
@@ -521,19 +528,22 @@ def _damage(paths: LineagePaths, problems: _Problems) -> None:
 # ---------------------------------------------------------------- observe
 
 
-def observe(paths: LineagePaths, cache_dir: Path | None = None) -> Observed:
+def observe(paths: LineagePaths, cache_dir: Path | None = None, *,
+            opened: Lineage | None = None,
+            known: tuple[observed_cache.Heads, Observed | None] | None = None) -> Observed:
     """Read a lineage's three places. Never raises for a damaged lineage: it reports.
 
     With ``cache_dir`` (the summaries' folder of the state dir), a lineage found whole
     and in order is kept there by its heads (``state.observed_cache``), and observed
     again from that record while its refs are unchanged: only what lives outside the
     objects (the marker, ref locks, the lock's holder, the worktree) is read again.
+    ``opened``: the lineage's repositories, opened already at these places; ``known``:
+    the heads of ``paths`` read moments ago through them, and the record recalled there.
     """
+    opened = opened if opened is not None else Lineage(paths)
     if cache_dir is None:
-        return _observe(paths, Lineage(paths))
-    opened = Lineage(paths)
-    found = observed_cache.heads(paths, opened)
-    cached = observed_cache.recall(cache_dir, paths, found)
+        return _observe(paths, opened)
+    found, cached = known if known is not None else _recall(paths, opened, cache_dir)
     live = _live(cached, opened) if cached is not None else None
     if live is not None:
         return live
@@ -542,6 +552,37 @@ def observe(paths: LineagePaths, cache_dir: Path | None = None) -> Observed:
                                               observed.observation_head):
         observed_cache.remember(cache_dir, observed, found)  # read at ``found``: keep it
     return observed
+
+
+def _recall(paths: LineagePaths, opened: Lineage, cache_dir: Path
+            ) -> tuple[observed_cache.Heads, Observed | None]:
+    found = observed_cache.heads(paths, opened)
+    return found, observed_cache.recall(cache_dir, paths, found)
+
+
+def observe_spec(spec: DeclaredSpec, cache_dir: Path | None = None
+                 ) -> tuple[LineagePaths, Observed]:
+    """Where ``spec``'s lineage lives now (``branches.spec_paths``' answer, exactly) and
+    ``observe`` there, opening each repository once for both.
+
+    An in-sync lineage's record answers both: the branches its observation metadata
+    records (``observed_cache.recorded``) are read from the record believed at the refs
+    as they are now, and observe starts from that record (its live parts read again).
+    """
+    candidate = spec.paths()
+    opened = Lineage(candidate)
+    known: dict[LineagePaths, tuple[observed_cache.Heads, Observed | None]] = {}
+
+    def recorded(paths: LineagePaths) -> Recorded:
+        if cache_dir is not None:
+            found, cached = known[paths] = _recall(paths, opened, cache_dir)
+            told = observed_cache.recorded(cached, found) if cached is not None else None
+            if told is not None:
+                return told
+        return recorded_branches(paths, opened)
+
+    paths = spec_paths(spec, recorded)
+    return paths, observe(paths, cache_dir, opened=opened.at(paths), known=known.get(paths))
 
 
 def _live(cached: Observed, opened: Lineage) -> Observed | None:

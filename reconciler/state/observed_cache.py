@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.kernel.base.config import LineagePaths
+from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
+from reconciler.state.branches import Recorded
 from reconciler.state.cachefile import CacheSeal, cache_seal, write_cache
 from reconciler.state.observed import GenerationCommit, Observed
 from reconciler.state.probes import probe_branch
 from reconciler.state.repos import Lineage
 from reconciler.state.summaries import cache_key
 
-__all__ = ["Heads", "heads", "recall", "remember"]
+__all__ = ["Heads", "heads", "recall", "recorded", "remember"]
 
 SCHEMA = "ouro-observed/v1"
 _MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
@@ -158,3 +160,25 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Observe
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, InvalidOperation):
         return None
+
+
+def recorded(cached: Observed, found: Heads) -> Recorded | None:
+    """The branches the lineage records, exactly as ``branches.recorded_branches`` reads
+    them, from a record believed at ``found`` (``recall``); None when the record cannot
+    tell (then they are read from the repositories).
+
+    ``recorded_branches`` reads ``metadata.json`` at the commit of the branch the
+    observation repository's HEAD names. When HEAD names the record's observation branch,
+    that commit is the record's observation head (``found`` is every ref now), whose
+    ``metadata.json`` the record holds, read when the record was made: the same object.
+    """
+    paths = cached.paths
+    if found.observation_head_branch != paths.observation_branch:
+        return None
+    meta = cached.observation_metadata or {}
+    lineage, observation = meta.get("lineage_branch"), meta.get("observation_branch")
+    if not (isinstance(lineage, str) and lineage.strip() and isinstance(observation, str)
+            and observation.strip()):
+        return None
+    where = f"{paths.observations}/{OBSERVATION_METADATA_FILE}"
+    return Recorded(lineage, observation, where, where)

@@ -214,6 +214,17 @@ class Lineage:
     def __init__(self, paths: LineagePaths) -> None:
         self.paths = paths
 
+    def at(self, paths: LineagePaths) -> Lineage:
+        """This lineage's repositories, as opened so far, read on ``paths``' branches
+        (a new reader when ``paths`` names other places)."""
+        if (paths.worktree, paths.git_dir, paths.observations) != (
+                self.paths.worktree, self.paths.git_dir, self.paths.observations):
+            return Lineage(paths)
+        moved = Lineage(paths)
+        moved.__dict__.update({name: value for name, value in self.__dict__.items()
+                               if name in ("lineage", "observations")})
+        return moved
+
     @functools.cached_property
     def lineage(self) -> Repo | None:
         """The lineage's git dir, opened bare (its worktree may be gone)."""

@@ -16,7 +16,7 @@ from reconciler.state import observe, status
     ("module", "names"),
     [
         (observe, {"INTENT_MARKER", "GenerationCommit", "Interrupted", "Observed", "ReadProblem",
-                   "observe"}),
+                   "observe", "observe_spec"}),
         (status, {"StatusReport", "read_status"}),
         (plan, {"ACTIONS", "REASONS", "Change", "LineagePlan", "ObservedState", "Plan",
                 "PlanSpec", "Refusal", "changes_against", "desired_generations", "make_plan",
