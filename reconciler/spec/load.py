@@ -898,19 +898,28 @@ def _nested_in_run(place: Path, real: Path, own: str,
 
 def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
                   problems: list[Problem], state: Path | None) -> None:
-    """Each place of each lineage is one it may live in (``reconciler.spec.places``)."""
-    resolved = [[(place, Path(os.path.realpath(place))) for place in _places(spec)]
+    """Each place of each lineage is one it may live in (``reconciler.spec.places``).
+
+    Linear in the places: each parent folder is resolved and judged once
+    (``places.Folders``), and only a place it cannot clear is checked in full."""
+    named: dict[str, tuple[Path, str, str]] = {}  # filled below, before it is asked
+    seen: dict[str, str | None] = {}
+    reserved = places.reserved_folders(state)
+    folders = places.Folders((*PSEUDO_FILESYSTEMS, *places.SYSTEM_FOLDERS,
+                              *(folder for folder, _ in reserved),
+                              *places.python_path_folders()), named, seen)
+    resolved = [[(place, folders.realpath(str(place))) for place in _places(spec)]
                 for spec in loaded]
-    named: dict[str, tuple[Path, str, str]] = {}
     for spec, pairs in zip(loaded, resolved, strict=True):
         for field, (place, real) in zip(_FIELDS, pairs, strict=True):
-            for key in (str(place), str(real)):
+            for key in (str(place), real):
                 named.setdefault(key, (place, spec.name, field))
-    reserved = places.reserved_folders(state)
-    seen: dict[str, str | None] = {}
     for document, spec, pairs in zip(documents, loaded, resolved, strict=True):
+        if all(folders.clear(str(place)) and folders.clear(real) for place, real in pairs):
+            continue
         own = {str(path) for pair in pairs for path in pair}
-        for field, (place, real) in zip(_FIELDS, pairs, strict=True):
+        for field, (place, text) in zip(_FIELDS, pairs, strict=True):
+            real = Path(text)
             problem = (_pseudo_problem(place, real) or places.system_problem(place, real)
                        or places.reserved_problem(place, reserved, real)
                        or _nested_in_run(place, real, spec.name, named)

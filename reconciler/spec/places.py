@@ -29,13 +29,14 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from reconciler.kernel.base.config import METADATA_FILE
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "Folders",
     "SYSTEM_FOLDERS",
     "lineage_place_at",
     "python_path_folders",
@@ -237,3 +238,62 @@ def reserved_problem(place: Path, reserved: tuple[tuple[Path, str], ...],
                         "organism writes there would run in any python3 on this host; choose "
                         "a path outside it")
     return None
+
+
+class Folders:
+    """What one load knows of the folders its places lie in, each folder asked once: a
+    fleet's thousands of places share a few parent folders.
+
+    ``realpath`` is ``os.path.realpath``, resolving each parent folder once. ``clear``
+    says a place (absolute) passes every check of this module and the loader's without
+    running them, by what makes each of them refuse: a place that is the root, a
+    top-level folder, the home folder or one of the ``forbidden`` folders (system and
+    pseudo-filesystem folders, ouro's own, the host Python's path), or that lies in a
+    folder that is one of those, a place of the run (``named``, own places included) or
+    a lineage place on disk (``seen``: ``lineage_place_at``, shared with
+    ``inside_a_lineage``). False means "run the checks", never "refused".
+    """
+
+    def __init__(self, forbidden: Iterable[Path], named: Container[str],
+                 seen: dict[str, str | None]) -> None:
+        self._forbidden = {str(folder) for folder in forbidden}
+        self._named = named
+        self._seen = seen
+        self._home = os.path.expanduser("~")
+        self._real: dict[str, str] = {}
+        self._clear: dict[str, bool] = {"": False}
+
+    def realpath(self, place: str) -> str:
+        """``os.path.realpath(place)``: the parent folder resolved once for all its places,
+        then the place itself (a link is resolved in full)."""
+        parent, name = os.path.split(place)
+        if not name or name in (".", "..") or os.path.normpath(place) != place:
+            return os.path.realpath(place)
+        base = self._real.get(parent)
+        if base is None:
+            base = self._real[parent] = os.path.realpath(parent)
+        joined = os.path.join(base, name)
+        return os.path.realpath(place) if os.path.islink(joined) else joined
+
+    def clear(self, place: str) -> bool:
+        """``place`` (absolute, normal) passes every place check (see the class rule)."""
+        if (place.count("/") <= 1 or place.startswith("//") or place == self._home
+                or place in self._forbidden or os.path.normpath(place) != place):
+            return False
+        return self._folder_clear(os.path.dirname(place))
+
+    def _folder_clear(self, folder: str) -> bool:
+        chain: list[str] = []
+        while folder not in self._clear:
+            chain.append(folder)
+            if folder == "/":
+                break
+            folder = os.path.dirname(folder)
+        clear = self._clear.get(folder, True)  # (the root's own verdict: below)
+        for below in reversed(chain):
+            if below not in self._seen:
+                self._seen[below] = lineage_place_at(Path(below))
+            clear = clear and below not in self._forbidden and below not in self._named \
+                and self._seen[below] is None
+            self._clear[below] = clear
+        return clear
