@@ -919,11 +919,12 @@ def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
             continue
         own = {str(path) for pair in pairs for path in pair}
         for field, (place, text) in zip(_FIELDS, pairs, strict=True):
-            real = Path(text)
-            problem = (_pseudo_problem(place, real) or places.system_problem(place, real)
-                       or places.reserved_problem(place, reserved, real)
-                       or _nested_in_run(place, real, spec.name, named)
-                       or places.inside_a_lineage(place, real, own, seen))
+            reached = Path(text)
+            problem = (_pseudo_problem(place, reached)
+                       or places.system_problem(place, reached)
+                       or places.reserved_problem(place, reserved, reached)
+                       or _nested_in_run(place, reached, spec.name, named)
+                       or places.inside_a_lineage(place, reached, own, seen))
             if problem is not None:
                 problems.append(_problem(
                     document.source.shown,

@@ -36,8 +36,8 @@ from reconciler.kernel.base.config import METADATA_FILE
 
 __all__ = [
     "MAX_REPLY_BYTES",
-    "Folders",
     "SYSTEM_FOLDERS",
+    "Folders",
     "lineage_place_at",
     "python_path_folders",
     "replay_problem",
