@@ -13,7 +13,10 @@ output before it returns, so that the fault is met while the command can name it
 
 Start-up is kept light (``ouro --version``, ``ouro validate`` and shell
 completion run on every keystroke of a CI job or a shell): command modules
-import their heavy dependencies inside the command.
+import their heavy dependencies inside the command, and ``main`` builds the parser of
+the one command its arguments name (``_for``: typer builds every parameter of every
+command it is given, which costs more than an in-sync plan's own work). ``app`` is the
+whole command line (help, an unknown command, completion, the tests).
 """
 
 from __future__ import annotations
@@ -41,16 +44,22 @@ from reconciler.cli import (
 )
 from reconciler.errors import HostFault, OuroError, host_fault
 
-app = typer.Typer(
-    name="ouro",
-    help="Declarative lineages of self-modifying programs: plan and apply them.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    # Plain help (click's): no `<bool>` after a flag, paragraphs re-wrapped to the terminal,
-    # each command's one-line summary whole (its short_help).
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+
+
+def _typer() -> typer.Typer:
+    return typer.Typer(
+        name="ouro",
+        help="Declarative lineages of self-modifying programs: plan and apply them.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        # Plain help (click's): no `<bool>` after a flag, paragraphs re-wrapped to the
+        # terminal, each command's one-line summary whole (its short_help).
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
+app = _typer()
 
 
 def version_text() -> str:
@@ -123,6 +132,29 @@ for _module in (validate, schema, plan, status, apply, controller, verify, docto
                 kernel):
     _module.register(app)
 _register(app)
+_VERSION_OPTIONS = ("--version", "-V")
+
+
+def _for(args: list[str]) -> typer.Typer:
+    """The command line that parses ``args`` as ``app`` does, with only what they can reach:
+    the command ``args`` start with, or no command for ``--version`` (its eager callback
+    exits before any command is looked at); ``app`` itself for anything else (help lists
+    every command, an unknown one is named with its usage)."""
+    first = args[0] if args else None
+    if first in _VERSION_OPTIONS:
+        commands, groups = [], []
+    else:
+        commands = [info for info in app.registered_commands if info.name == first]
+        groups = [group for group in app.registered_groups
+                  if group.typer_instance is not None
+                  and (group.name or group.typer_instance.info.name) == first]
+        if not commands and not groups:
+            return app
+    narrow = _typer()
+    narrow.registered_callback = app.registered_callback
+    narrow.registered_commands = commands
+    narrow.registered_groups = groups
+    return narrow
 
 
 def _fail(message: str, *, output_broken: bool = False) -> None:
@@ -137,7 +169,7 @@ def _fail(message: str, *, output_broken: bool = False) -> None:
 
 def main() -> None:
     try:
-        app()  # standalone: typer prints usage errors and exits with their code
+        _for(sys.argv[1:])()  # standalone: typer prints usage errors and exits with their code
     except OuroError as error:
         _fail(str(error), output_broken=isinstance(error, HostFault))
     except KeyboardInterrupt:
