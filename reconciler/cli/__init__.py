@@ -45,7 +45,6 @@ from reconciler.cli import (
 from reconciler.errors import HostFault, OuroError, host_fault
 
 
-
 def _typer() -> typer.Typer:
     return typer.Typer(
         name="ouro",

@@ -10,15 +10,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-
-from reconciler.engine.apply import LineageResult
 from reconciler.report.escape import rich_text, terminal
 from reconciler.report.words import plural
+
+if TYPE_CHECKING:  # rich only for the live table (a terminal): plain lines start faster
+    from rich.console import Console
+    from rich.table import Table
+
+    from reconciler.engine.apply import LineageResult
 
 
 class PlainReporter:
@@ -96,6 +97,9 @@ class LiveReporter(PlainReporter):
     """A live table on a terminal: per lineage, generation k of N, outcomes, spend, elapsed."""
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         super().__init__()
         self.console = console or Console(stderr=True)
         self.rows: dict[str, _Row] = {}
@@ -103,6 +107,8 @@ class LiveReporter(PlainReporter):
         self.live.start()
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         table = Table(box=None, pad_edge=False)
         for column in ("lineage", "generation", "outcomes", "spend", "elapsed", "state"):
             table.add_column(column)
