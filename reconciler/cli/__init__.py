@@ -167,6 +167,10 @@ def _fail(message: str, *, output_broken: bool = False) -> None:
 
 
 def main() -> None:
+    # No pydantic plugins (they observe an application's validation for its own tooling,
+    # and finding them reads every installed package's metadata on each start); a value
+    # the user set is kept (PYDANTIC_DISABLE_PLUGINS=0 loads them).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     try:
         _for(sys.argv[1:])()  # standalone: typer prints usage errors and exits with their code
     except OuroError as error:

@@ -28,7 +28,6 @@ def plan_command(
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
     from reconciler.engine.fleet import Fleet
-    from reconciler.plan.saved import save_plan
     from reconciler.report.render import plan_json, plan_markdown, print_plan
 
     if as_json and markdown:  # a usage error: exit 2 with the usage line
@@ -36,6 +35,8 @@ def plan_command(
                                  param_hint="--markdown")
     plan, specs = Fleet(state_dir, command="ouro plan", cached=True).plan_paths(paths, select)
     if out is not None:
+        from reconciler.plan.saved import save_plan
+
         save_plan(plan, out, specs)
     if as_json:
         sys.stdout.write(plan_json(plan))

@@ -16,8 +16,6 @@ import errno
 import hashlib
 import json
 import os
-import platform
-import py_compile
 import re
 import shutil
 import stat
@@ -29,15 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
 
 from reconciler import __version__
-from reconciler.engine.bundle import is_bundle, read_bundle
-from reconciler.engine.pinned import PinnedKernel
 from reconciler.errors import KernelStoreError
 from reconciler.kernel.base import identity as kernel_identity
 from reconciler.kernel.base.config import (
@@ -54,6 +49,7 @@ from reconciler.state import kernel_store
 from reconciler.state.kernel_store import KernelStore, StoredKernel
 
 if TYPE_CHECKING:
+    from reconciler.engine.pinned import PinnedKernel
     from reconciler.kernel.transaction.generation import GenerationOutcome
     from reconciler.spec.load import LoadedSpec
     from reconciler.state.forks import ForkSource
@@ -153,6 +149,8 @@ def _compile(package_dir: Path, final_dir: Path, sources: Sequence[str]) -> dict
     checked-hash pycs in each source's folder's ``__pycache__``, used only for the exact
     source bytes, each listed with its sha256 (by its path in the package; a v1 entry by
     its name) so that the entry's verification covers them too."""
+    import py_compile  # only to store a kernel: a plan imports this module too
+
     listed: dict[str, str] = {}
     flat = all("/" not in name for name in sources)
     for name in sorted(n for n in sources if n.endswith(".py")):
@@ -234,6 +232,8 @@ def record_commit(store: KernelStore, commit: str, fingerprint: str) -> None:
 
 def put(store: KernelStore, files: Mapping[str, bytes], commit: str) -> StoredKernel:
     """Put a kernel (``{file name: bytes}``) into the store, atomically; the verified entry."""
+    import py_compile
+
     fingerprint = kernel_identity.fingerprint_of(files)
     existing = store.get(fingerprint)  # KernelStoreError if damaged: never papered over
     if existing is None:
@@ -328,6 +328,8 @@ def fetch(store: KernelStore, commit: str, source: str) -> StoredKernel:
     try:
         repo = pygit2.init_repository(str(scratch / "objects.git"), bare=True)
         if path.is_file():
+            from reconciler.engine.bundle import is_bundle, read_bundle
+
             if not is_bundle(path):
                 raise KernelStoreError(f"ouro: {path} is neither a git repository nor a bundle")
             read_bundle(path, repo)
@@ -387,6 +389,9 @@ def _version_line(program: str, *args: str) -> str | None:
 @cache
 def host_versions() -> dict[str, str | None]:
     """Versions a generation runs with: Python, the kernel's packages, Emacs, bubblewrap."""
+    import platform
+    from importlib import metadata
+
     found: dict[str, str | None] = {"python": platform.python_version(),
                                     "libgit2": pygit2.LIBGIT2_VERSION}
     for package in KERNEL_PACKAGES:
@@ -490,6 +495,8 @@ def prepare(store: KernelStore, running: Identity, choice: KernelChoice | None,
     identity = (_recorded_identity(metadata, choice.commit, entry.fingerprint, running)
                 if metadata else Identity(running.repository, running.ref, choice.commit,
                                           entry.fingerprint))
+    from reconciler.engine.pinned import PinnedKernel
+
     return LineageKernel(identity, choice.source, PinnedKernel(store, entry, spare=True),
                          run_record(choice.commit, entry.fingerprint, choice.source, running))
 
