@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from decimal import InvalidOperation
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = ["Heads", "heads", "recall", "recorded", "remember"]
 
 SCHEMA = "ouro-observed/v1"
 _MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
+_HEADER_BYTES = 64 << 10  # its header line is shorter than this
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,17 @@ def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
           found: Heads) -> dict[str, Any] | None:
     try:
         with open(_file(cache_dir, paths), "rb") as handle:
-            header = json.loads(handle.readline(64 << 10))
-            if not isinstance(header, dict) or header.get("heads") != asdict(found) or (
-                    header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)
-                    or not seal.opens(header)):
+            # Read whole at once (a read of _MAX_BYTES would allocate that much each time).
+            if os.fstat(handle.fileno()).st_size > _HEADER_BYTES + _MAX_BYTES:
                 return None
-            data = handle.read(_MAX_BYTES + 1)
-        if hashlib.sha256(data).hexdigest() != header.get("body_sha256"):
+            line, _, data = handle.read().partition(b"\n")
+        header = json.loads(line) if len(line) < _HEADER_BYTES else None
+        if not isinstance(header, dict) or header.get("heads") != asdict(found) or (
+                header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)
+                or not seal.opens(header)):
+            return None
+        if len(data) > _MAX_BYTES or hashlib.sha256(data).hexdigest() != header.get(
+                "body_sha256"):
             return None
         body = json.loads(data)
         return body if isinstance(body, dict) else None

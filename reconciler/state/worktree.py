@@ -27,17 +27,17 @@ _FAST_CLEAN_MAX_FILES = 20000
 
 def _gitlink_target(worktree: Path) -> Path | None:
     """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
-    dotgit = worktree / ".git"
+    dotgit = os.path.join(worktree, ".git")
     try:
         with open(dotgit, "rb") as handle:
             text = handle.read(4096).decode("utf-8")
     except IsADirectoryError:
-        return dotgit
+        return Path(dotgit)
     except (OSError, UnicodeDecodeError):
         return None
     if not text.startswith("gitdir:"):
         return None
-    return worktree / text.removeprefix("gitdir:").strip()
+    return Path(os.path.join(worktree, text.removeprefix("gitdir:").strip()))
 
 
 def _same_place(a: Path, b: Path) -> bool:
