@@ -476,6 +476,23 @@ def _flatten(value: Any, prefix: str) -> dict[str, Any]:
 _PHYSICS_SECTION = "constraints.sandbox."
 
 
+_MANIFESTS: dict[str, dict[str, Any]] = {}
+
+
+def _manifest(ceilings: Ceilings, model: ModelConfig) -> dict[str, Any]:
+    """``constraints_manifest``, made once per distinct ceilings and model (a fleet's specs
+    share a few; the kernel's filter disclosure in each costs ~0.1 ms). Keyed by their
+    ``repr``, which tells apart what equality does not (``Decimal("1.0")`` from
+    ``Decimal("1.00")``, whose text the manifest shows). Read-only for its callers."""
+    key = repr((ceilings, model))
+    found = _MANIFESTS.get(key)
+    if found is None:
+        if len(_MANIFESTS) >= 256:
+            _MANIFESTS.clear()
+        found = _MANIFESTS[key] = constraints_manifest(ceilings, model)
+    return found
+
+
 def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> tuple[Change, ...]:
     """Provider, model and ceilings of the spec vs. those the last generation ran under."""
     if not last_observation:
@@ -486,7 +503,7 @@ def changes_against(spec: PlanSpec, last_observation: dict[str, Any] | None) -> 
         if key in last_observation and last_observation[key] != desired:
             found.append(Change(key, last_observation[key], desired))
     observed_constraints = last_observation.get("constraints")
-    manifest = constraints_manifest(spec.ceilings(), model)
+    manifest = _manifest(spec.ceilings(), model)
     if isinstance(observed_constraints, dict) and observed_constraints != manifest:
         want = _flatten(manifest, "constraints")
         have = _flatten(observed_constraints, "constraints")
