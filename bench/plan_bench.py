@@ -9,7 +9,7 @@ The fleet is synthetic but in docs/lineage-contract.md's formats (seed with meta
 generations and at some heads, one observation per generation, clean
 worktrees). It is written with pygit2, so its objects are loose, as the
 kernel's are (pygit2 never packs; `--layout packed` repacks it as `git gc`
-would). It is built once and cached under bench/out/, keyed by the
+would). It is built once and cached under the temp folder's ouro-bench/, keyed by the
 parameters; it is born under a fixed instrument (commit and fingerprint) that
 the benchmark pins.
 
@@ -39,14 +39,18 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-OUT = ROOT / "bench" / "out"
+# Outside the checkout: ouro refuses lineages on the host Python's path, and a script's
+# own folder (bench/) is on its path.
+OUT = Path(tempfile.gettempdir()) / "ouro-bench"
 # The fleet is born under a fixed instrument (commit and fingerprint), pinned for ouro
 # the way OURO_INSTRUMENT_COMMIT pins the commit, so that editing the kernel does not
 # force a rebuild of 100,000 generations.
@@ -212,8 +216,40 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
             _git("--git-dir", str(place), "prune-packed")
 
 
-def build_fleet(lineages: int, generations: int, layout: str) -> Path:
-    key = f"plan-v{FORMAT}-{layout}-L{lineages}-G{generations}"
+def _replicate(source: Path, target: Path, linked: Callable[[Path], bool]) -> None:
+    """``source``'s tree at ``target``: the files ``linked`` says (by their path inside)
+    as hard links, every other one as a copy of its own (times kept)."""
+    target.mkdir()
+    for folder, subfolders, files in os.walk(source):
+        inside = Path(folder).relative_to(source)
+        for name in subfolders:
+            (target / inside / name).mkdir()
+        for name in files:
+            if linked(inside / name):
+                os.link(Path(folder) / name, target / inside / name)
+            else:
+                shutil.copy2(Path(folder) / name, target / inside / name)
+
+
+def _copy_lineage(args: tuple[Path, str, str]) -> None:
+    """Lineage ``name``: ``first``'s history at places of its own. Objects are content-
+    addressed and never rewritten: they are hard links to ``first``'s (as are the
+    observation worktree's files, which plan never reads); HEAD, refs, config, index,
+    logs, the lineage's worktree and its .git pointer are its own files."""
+    root, first, name = args
+    _replicate(root / f"{first}.git", root / f"{name}.git",
+               lambda inside: inside.parts[0] == "objects")
+    config = root / f"{name}.git" / "config"
+    config.write_text(config.read_text(encoding="utf-8").replace(
+        f"= {root / first}\n", f"= {root / name}\n"), encoding="utf-8")
+    _replicate(root / f"{first}.observations", root / f"{name}.observations",
+               lambda inside: inside.parts[0] != ".git" or inside.parts[1:2] == ("objects",))
+    _replicate(root / first, root / name, lambda inside: False)
+    (root / name / ".git").write_text(f"gitdir: {root / f'{name}.git'}\n", encoding="utf-8")
+
+
+def build_fleet(lineages: int, generations: int, layout: str, shared: bool = False) -> Path:
+    key = f"plan-v{FORMAT}-{layout}{'-shared' if shared else ''}-L{lineages}-G{generations}"
     root = OUT / key
     if (root / ".complete").exists():
         return root
@@ -224,15 +260,23 @@ def build_fleet(lineages: int, generations: int, layout: str) -> Path:
     started = time.perf_counter()
     names = [f"l{index:03d}" for index in range(lineages)]
     jobs = [(root / "lineages", name, generations, index, layout)
-            for index, name in enumerate(names)]
+            for index, name in enumerate(names[:1] if shared else names)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         list(pool.map(build_lineage, jobs))
+        if shared:
+            list(pool.map(_copy_lineage, [(root / "lineages", names[0], name)
+                                          for name in names[1:]], chunksize=16))
     for name in names:
         place = root / "lineages" / name
+        # Shared objects record the first lineage's branches: the others adopt them by
+        # naming them (docs/spec.md: storage.branch adopts a lineage under another name).
+        branches = (f"    branch: lineage-{names[0]}\n"
+                    f"    observation_branch: observations/lineage-{names[0]}\n"
+                    if shared and name != names[0] else "")
         (root / "specs" / f"{name}.yaml").write_text(
             f"apiVersion: ouro/v1\nkind: Lineage\nmetadata:\n  name: {name}\nspec:\n"
             f"  generations: {generations}\n  model:\n    provider: echo\n    name: echo\n"
-            f"  storage:\n    path: {place}\n", encoding="utf-8")
+            f"  storage:\n    path: {place}\n{branches}", encoding="utf-8")
     (root / ".complete").write_text(f"{time.perf_counter() - started:.1f}s\n")
     return root
 
@@ -240,16 +284,17 @@ def build_fleet(lineages: int, generations: int, layout: str) -> Path:
 # ---------------------------------------------------------------- measurements
 
 
-def baseline(root: Path, names: list[str]) -> float:
+def baseline(root: Path, names: list[str], shared: bool = False) -> float:
     """The original kernel's way: git subprocesses per lineage."""
     started = time.perf_counter()
     for name in names:
         git_dir = root / "lineages" / f"{name}.git"
         worktree = root / "lineages" / name
+        branch = f"lineage-{names[0] if shared else name}"
         count = _git("--git-dir", str(git_dir), "rev-list", "--count", "--first-parent",
-                     "--grep=^gen ", f"lineage-{name}")
+                     "--grep=^gen ", branch)
         json.loads(_git("--git-dir", str(git_dir), "show",
-                        f"lineage-{name}:.ouroboros-lineage.json"))
+                        f"{branch}:.ouroboros-lineage.json"))
         _git("-C", str(worktree), "branch", "--show-current")
         assert int(count) > 0
     return time.perf_counter() - started
@@ -289,15 +334,19 @@ def main() -> int:
     parser.add_argument("--layout", choices=("loose", "packed"), default="loose",
                         help="loose objects, as ouro's kernel (pygit2) writes them; or packed, "
                         "as after `git gc`")
+    parser.add_argument("--shared", action="store_true",
+                        help="build the first lineage only; the others are copies of it "
+                        "with hard-linked objects (what makes --lineages 1000 cheap: ~1 GB "
+                        "and minutes, not ~45 GB and hours)")
     options = parser.parse_args()
     instrument._fingerprint = lambda: BENCH_FINGERPRINT  # type: ignore[assignment]
-    root = build_fleet(options.lineages, options.generations, options.layout)
+    root = build_fleet(options.lineages, options.generations, options.layout, options.shared)
     names = sorted(p.stem for p in (root / "specs").glob("*.yaml"))
     print(f"fleet: {len(names)} lineages x {options.generations} generations, "
           f"{options.layout} objects, at {root} "
           f"(built in {(root / '.complete').read_text().strip()})")
 
-    base = [baseline(root, names) for _ in range(options.rounds)]
+    base = [baseline(root, names, options.shared) for _ in range(options.rounds)]
     whole, plan_only, document = zip(*(in_process(root) for _ in range(options.rounds)),
                                      strict=True)
     ends = [cli(root) for _ in range(options.rounds)]
@@ -322,12 +371,14 @@ def main() -> int:
           f"ratio {b / w:.1f}x  (spec loading {w - p:.3f} s)")
     print(f"ouro: `ouro plan --json` end to end (fresh process, imports included): {c:.3f} s  "
           f"ratio {b / c:.1f}x")
-    met = w < TARGET_SECONDS and b / p >= TARGET_RATIO and c < TARGET_SECONDS
-    print(f"targets: whole plan < {TARGET_SECONDS:.0f} s "
-          f"({'met' if w < TARGET_SECONDS else 'MISSED'}); lineage checking >= "
+    # Issue 21: 100 lineages in under 1 s; 1,000 (x 1,000 generations) in under 2 s.
+    limit = TARGET_SECONDS * (2 if count >= 1000 else 1)
+    met = w < limit and b / p >= TARGET_RATIO and c < limit
+    print(f"targets: whole plan < {limit:.0f} s "
+          f"({'met' if w < limit else 'MISSED'}); lineage checking >= "
           f"{TARGET_RATIO:.0f}x the baseline ({'met' if b / p >= TARGET_RATIO else 'MISSED'}); "
-          f"`ouro plan --json` end to end (what a user waits for) < {TARGET_SECONDS:.0f} s "
-          f"({'met' if c < TARGET_SECONDS else 'MISSED'})")
+          f"`ouro plan --json` end to end (what a user waits for) < {limit:.0f} s "
+          f"({'met' if c < limit else 'MISSED'})")
     for line in problems[:10]:
         print(f"WRONG PLAN: {line}")
     return 0 if met and not problems else 1

@@ -68,6 +68,7 @@ from reconciler.state.repos import (
     observation_name,
 )
 from reconciler.state.stops import read_stop
+from reconciler.state.worktree import clean_as_listed
 from reconciler.state.worktree import dirty as worktree_dirty
 
 __all__ = [
@@ -530,7 +531,8 @@ def _damage(paths: LineagePaths, problems: _Problems) -> None:
 
 def observe(paths: LineagePaths, cache_dir: Path | None = None, *,
             opened: Lineage | None = None,
-            known: tuple[observed_cache.Heads, Observed | None] | None = None) -> Observed:
+            known: tuple[observed_cache.Heads, observed_cache.Recalled | None] | None = None
+            ) -> Observed:
     """Read a lineage's three places. Never raises for a damaged lineage: it reports.
 
     With ``cache_dir`` (the summaries' folder of the state dir), a lineage found whole
@@ -550,12 +552,12 @@ def observe(paths: LineagePaths, cache_dir: Path | None = None, *,
     observed = _observe(paths, opened)
     if (found.lineage, found.observation) == (observed.lineage_head,
                                               observed.observation_head):
-        observed_cache.remember(cache_dir, observed, found)  # read at ``found``: keep it
+        observed_cache.remember(cache_dir, observed, found, opened)  # read at ``found``
     return observed
 
 
 def _recall(paths: LineagePaths, opened: Lineage, cache_dir: Path
-            ) -> tuple[observed_cache.Heads, Observed | None]:
+            ) -> tuple[observed_cache.Heads, observed_cache.Recalled | None]:
     found = observed_cache.heads(paths, opened)
     return found, observed_cache.recall(cache_dir, paths, found)
 
@@ -571,12 +573,12 @@ def observe_spec(spec: DeclaredSpec, cache_dir: Path | None = None
     """
     candidate = spec.paths()
     opened = Lineage(candidate)
-    known: dict[LineagePaths, tuple[observed_cache.Heads, Observed | None]] = {}
+    known: dict[LineagePaths, tuple[observed_cache.Heads, observed_cache.Recalled | None]] = {}
 
     def recorded(paths: LineagePaths) -> Recorded:
         if cache_dir is not None:
             found, cached = known[paths] = _recall(paths, opened, cache_dir)
-            told = observed_cache.recorded(cached, found) if cached is not None else None
+            told = observed_cache.recorded(cached.observed, found) if cached else None
             if told is not None:
                 return told
         return recorded_branches(paths, opened)
@@ -585,20 +587,28 @@ def observe_spec(spec: DeclaredSpec, cache_dir: Path | None = None
     return paths, observe(paths, cache_dir, opened=opened.at(paths), known=known.get(paths))
 
 
-def _live(cached: Observed, opened: Lineage) -> Observed | None:
+def _live(recalled: observed_cache.Recalled, opened: Lineage) -> Observed | None:
     """A cached observation with what lives outside the objects read now; None when any
-    of it is not as the record assumes (then the lineage is observed in full)."""
+    of it is not as the record assumes (then the lineage is observed in full). The
+    worktree is checked against the head's tree listing the record holds, without
+    opening the repository; when that cannot prove it clean, as ``_observe`` does."""
+    cached = recalled.observed
     paths = cached.paths
     try:
         if not (_exists(paths.worktree) and _exists(paths.git_dir)
                 and _exists(paths.observations)) or os.path.islink(paths.worktree) \
                 or _read_marker(paths.git_dir)[0] or ref_locks(paths):
             return None
-        repo = opened.lineage
-        head = repo.head(paths.branch, whole=cached.lineage_head) if repo else None
-        if repo is None or head is None or str(head.id) != cached.lineage_head:
-            return None
-        dirty, problem = worktree_dirty(paths, repo.raw, head)
+        if recalled.tree is not None and recalled.listing is not None and clean_as_listed(
+                paths, recalled.tree, recalled.listing):
+            dirty: tuple[str, ...] = ()
+            problem: str | None = None
+        else:
+            repo = opened.lineage
+            head = repo.head(paths.branch, whole=cached.lineage_head) if repo else None
+            if repo is None or head is None or str(head.id) != cached.lineage_head:
+                return None
+            dirty, problem = worktree_dirty(paths, repo.raw, head)
     except READ_ERRORS:
         return None
     return replace(

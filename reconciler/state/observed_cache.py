@@ -4,10 +4,14 @@ Rule: a cache, never the state. A record is kept only for a lineage observe foun
 whole and in order (its three places present, no problem, nothing interrupted, the
 fast check sufficient), and is believed only while every ref it was read from names
 what it named then: the lineage branch, the observation branch, the probe branch and
-both repositories' HEAD (``Heads``), for the same places and branches (the key of
-``state.summaries``). What is not in the repositories' objects is never cached and is
-read every time by observe: the intent marker, leftover ref locks, the apply lock's
-holder and the worktree. Records are sealed with the state dir's MAC
+both repositories' HEAD, and each repository's owner and config file (``Heads``), for
+the same places and branches (the key of ``state.summaries``). Those refs are read from
+their files where that is exactly what libgit2 reads (``repos.refs_from_files``), so a
+lineage whose record holds is observed without opening its repositories. What is not in
+the repositories' objects is never cached and is read every time by observe: the intent
+marker, leftover ref locks, the apply lock's holder and the worktree (checked against the
+head's tree id and listing the record keeps, ``worktree.clean_as_listed``, and through
+libgit2 when that cannot prove it clean). Records are sealed with the state dir's MAC
 (``state.cachefile``): one anyone else wrote, one that does not check, or one of an
 older schema is ignored (observe reads the lineage and writes it again).
 """
@@ -28,39 +32,49 @@ from reconciler.state.branches import Recorded
 from reconciler.state.cachefile import CacheSeal, cache_seal, write_cache
 from reconciler.state.observed import GenerationCommit, Observed
 from reconciler.state.probes import probe_branch
-from reconciler.state.repos import Lineage
+from reconciler.state.repos import READ_ERRORS, Lineage
 from reconciler.state.summaries import cache_key
+from reconciler.state.worktree import tree_listing
 
-__all__ = ["Heads", "heads", "recall", "recorded", "remember"]
+__all__ = ["Heads", "Recalled", "heads", "recall", "recorded", "remember"]
 
-SCHEMA = "ouro-observed/v1"
+SCHEMA = "ouro-observed/v2"  # v2: the config stamps, the head tree and its listing
 _MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
 _HEADER_BYTES = 64 << 10  # its header line is shorter than this
 
 
 @dataclass(frozen=True)
 class Heads:
-    """What a record was read from: each ref's commit (or HEAD's branch), None if absent."""
+    """What a record was read from: each ref's commit (or HEAD's branch), None if absent;
+    and each repository's owner and config file (``Lineage.config_stamp``)."""
 
     lineage: str | None
     observation: str | None
     probes: str | None
     lineage_head_branch: str | None
     observation_head_branch: str | None
+    lineage_config: str | None = None
+    observation_config: str | None = None
 
 
 def heads(paths: LineagePaths, lineage: Lineage) -> Heads:
-    """The refs of ``paths``' branches now, read from the refs alone (no object)."""
-    repo, obs = lineage.lineage, lineage.observations
+    """The refs of ``paths``' branches now, read from the refs alone (no object; from
+    the ref files when they tell beyond doubt: ``repos.refs_from_files``)."""
+    head_branch, (branch,) = lineage.refs("lineage", (paths.branch,))
+    obs_head_branch, (observation, probes) = lineage.refs(
+        "observations", (paths.observation_branch, probe_branch(paths.branch)))
+    return Heads(branch, observation, probes, head_branch, obs_head_branch,
+                 lineage.config_stamp("lineage"), lineage.config_stamp("observations"))
 
-    def ref(opened: Any, branch: str) -> str | None:
-        found = opened.head_id(branch) if opened is not None else None
-        return str(found) if found is not None else None
 
-    return Heads(ref(repo, paths.branch), ref(obs, paths.observation_branch),
-                 ref(obs, probe_branch(paths.branch)),
-                 repo.head_branch() if repo is not None else None,
-                 obs.head_branch() if obs is not None else None)
+@dataclass(frozen=True)
+class Recalled:
+    """A record believed: the observation (its live parts still to be read), and the
+    lineage head's tree id and listing (``worktree.listing_of``) when it holds them."""
+
+    observed: Observed
+    tree: str | None
+    listing: str | None
 
 
 def _file(cache_dir: Path, paths: LineagePaths) -> Path:
@@ -97,16 +111,34 @@ def _body(observed: Observed) -> dict[str, Any]:
 # checked before the body is read at all, then the body.
 
 
-def remember(cache_dir: Path | None, observed: Observed, found: Heads) -> None:
-    """Keep ``observed`` (read at ``found``) when it is ``cacheable``; never fails."""
+def _head_tree(observed: Observed, opened: Lineage | None) -> tuple[str | None, str | None]:
+    """The lineage head's tree id and listing (``worktree.tree_listing``), or Nones."""
+    repo = opened.lineage if opened is not None else None
+    if repo is None or observed.lineage_head is None:
+        return None, None
+    try:
+        commit = repo.commit(observed.lineage_head)
+        if commit is None:
+            return None, None
+        return str(commit.tree_id), tree_listing(repo.raw, commit.tree)
+    except READ_ERRORS:
+        return None, None
+
+
+def remember(cache_dir: Path | None, observed: Observed, found: Heads,
+             opened: Lineage | None = None) -> None:
+    """Keep ``observed`` (read at ``found``) when it is ``cacheable``; never fails.
+    ``opened``: its repositories, to keep the head's tree listing too (the worktree is
+    then checked against it without opening them)."""
     if cache_dir is None or not cacheable(observed) or not cache_dir.parent.is_dir():
         return  # (a state dir is never made for a cache)
     seal = cache_seal(cache_dir, create=True)
     if seal is None:
         return
+    tree, listing = _head_tree(observed, opened)
     try:
-        body = json.dumps(_body(observed), separators=(",", ":"),
-                          ensure_ascii=True).encode("ascii")
+        body = json.dumps({**_body(observed), "lineage_tree": tree, "lineage_listing": listing},
+                          separators=(",", ":"), ensure_ascii=True).encode("ascii")
     except (TypeError, ValueError):  # a record that is not JSON: not kept
         return
     header = seal.sealed({"schema": SCHEMA, "key": cache_key(observed.paths),
@@ -137,7 +169,7 @@ def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
         return None
 
 
-def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Observed | None:
+def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Recalled | None:
     """The record of ``paths`` read at exactly ``found``, as an ``Observed`` whose live
     parts (dirtiness, holder) are still to be read; None when there is none to believe."""
     seal = None if cache_dir is None else cache_seal(cache_dir, create=False)
@@ -146,7 +178,7 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Observe
         return None
     try:
         last = body["last_generation"]
-        return Observed(
+        observed = Observed(
             paths=paths, worktree_exists=True, git_dir_exists=True, observations_exist=True,
             is_lineage=True, root_commit=body["root_commit"],
             lineage_metadata=body["lineage_metadata"],
@@ -164,8 +196,11 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Observe
             probe_metrics={digest: {int(n): value for n, value in pairs}
                            for digest, pairs in body["probe_metrics"].items()},
         )
+        tree, listing = body.get("lineage_tree"), body.get("lineage_listing")
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, InvalidOperation):
         return None
+    known = isinstance(tree, str) and isinstance(listing, str)
+    return Recalled(observed, tree if known else None, listing if known else None)
 
 
 def recorded(cached: Observed, found: Heads) -> Recorded | None:

@@ -7,6 +7,11 @@ decoding failures (``READ_ERRORS``) is caught here and said in the codebase's
 terms: ``Unreadable`` (a ``StateError``: something is there but does not read as
 it should, run ``ouro verify``), or ``None`` for what is simply absent.
 
+``refs_from_files`` reads a git dir's HEAD and branch refs from their files, only where
+that is exactly what libgit2 would read (a plain git dir, loose refs of plain names, no
+packed-refs to consult; anything else: None, and libgit2 is asked): an in-sync lineage
+whose refs have not moved is then observed without opening its repositories.
+
 A branch's head is handed out only once what its newest commit added reads whole
 (``state.audit_objects.unreadable_newest``; else ``NewestUnreadable``): a host crash
 during the last generation can leave a loose object truncated, and libgit2 1.9 loops
@@ -19,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +47,7 @@ __all__ = [
     "first_line",
     "observation_name",
     "open_repo",
+    "refs_from_files",
 ]
 
 # What reading a damaged repository can raise: this reader's own (a StateError), and
@@ -85,6 +92,84 @@ def open_repo(path: os.PathLike[str] | str, *, bare: bool = False) -> Repo | Non
     try:
         return Repo(pygit2.Repository(os.fspath(path), flags), Path(path))
     except READ_ERRORS:
+        return None
+
+
+_PLAIN_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_REF_BYTES = 4096
+
+
+def _plain_branch(name: str) -> bool:
+    """A branch name whose ref file is ``refs/heads/<name>`` beyond doubt (git's and
+    libgit2's rules could refuse or read anything else otherwise)."""
+    return ".." not in name and all(
+        _PLAIN_PART.fullmatch(part) and not part.endswith((".lock", "."))
+        for part in name.split("/"))
+
+
+def _small_file(path: str) -> bytes | None:
+    """A ref file's bytes; None when there is none (a folder there is none to git)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError:
+        return None
+    try:
+        return os.read(fd, _REF_BYTES)
+    finally:
+        os.close(fd)
+
+
+def _oid_line(data: bytes) -> str | None:
+    if len(data) == 41 and data.endswith(b"\n"):
+        text = data[:40].decode("ascii", errors="replace")
+        if all(c in "0123456789abcdef" for c in text):
+            return text
+    return None
+
+
+def refs_from_files(git_dir: str, branches: tuple[str, ...]
+                    ) -> tuple[str | None, tuple[str | None, ...]] | None:
+    """The branch ``git_dir``'s HEAD names (None: detached) and each of ``branches``'
+    commit id (None: no such branch), read from the ref files; None when the files cannot
+    say it beyond doubt (then ask libgit2: ``Repo.head_branch``, ``Repo.head_id``).
+
+    Beyond doubt means: a git dir of its own (``objects/`` there, no ``commondir``), a
+    HEAD that is a plain symbolic ref or a commit id, plain branch names whose ref files
+    hold a commit id, and no ``packed-refs`` when a ref file is absent. A link is never
+    followed to a ref (``O_NOFOLLOW``: libgit2 is asked instead)."""
+    try:
+        if os.path.lexists(os.path.join(git_dir, "commondir")) or not (
+                os.path.isdir(os.path.join(git_dir, "objects"))
+                and os.path.isdir(os.path.join(git_dir, "refs"))):
+            return None
+        head = _small_file(os.path.join(git_dir, "HEAD"))
+        if head is None:
+            return None
+        head_branch: str | None = None
+        if head.startswith(b"ref: refs/heads/") and head.endswith(b"\n"):
+            head_branch = head[16:-1].decode("utf-8")
+            if not _plain_branch(head_branch):
+                return None
+        elif _oid_line(head) is None:
+            return None
+        found: list[str | None] = []
+        for branch in branches:
+            if not _plain_branch(branch):
+                return None
+            data = _small_file(os.path.join(git_dir, "refs", "heads", branch))
+            if data is None:
+                if os.path.lexists(os.path.join(git_dir, "packed-refs")):
+                    return None
+                found.append(None)
+                continue
+            oid = _oid_line(data)
+            if oid is None:
+                return None
+            found.append(oid)
+        return head_branch, tuple(found)
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -233,6 +318,44 @@ class Lineage:
     @functools.cached_property
     def observations(self) -> Repo | None:
         return open_repo(self.paths.observations)
+
+    def git_dir(self, which: str) -> str | None:
+        """The git dir of the lineage (``which``: "lineage") or of its observations
+        ("observations": its ``.git`` folder; None when that is not a folder)."""
+        if which == "lineage":
+            return os.fspath(self.paths.git_dir)
+        dotgit = os.path.join(self.paths.observations, ".git")
+        return dotgit if os.path.isdir(dotgit) else None
+
+    def refs(self, which: str, branches: tuple[str, ...]
+             ) -> tuple[str | None, tuple[str | None, ...]]:
+        """The branch HEAD names and each branch's commit id in the lineage's git dir
+        (``which``: "lineage") or its observations': from the ref files when they say it
+        beyond doubt (``refs_from_files``), else through libgit2 (opening it)."""
+        git_dir = self.git_dir(which)
+        fast = refs_from_files(git_dir, branches) if git_dir is not None else None
+        if fast is not None:
+            return fast
+        repo = self.lineage if which == "lineage" else self.observations
+        if repo is None:
+            return None, tuple(None for _ in branches)
+        ids = tuple(str(found) if (found := repo.head_id(branch)) is not None else None
+                    for branch in branches)
+        return repo.head_branch(), ids
+
+    def config_stamp(self, which: str) -> str | None:
+        """What the git dir is now (its owner; its config file's size, time and inode),
+        None if either is absent: a record read while the repository opened is believed
+        only while this is unchanged (libgit2 reads the config and checks the owner)."""
+        git_dir = self.git_dir(which)
+        if git_dir is None:
+            return None
+        try:
+            owner = os.stat(git_dir).st_uid  # (libgit2 refuses a git dir of another owner)
+            info = os.stat(os.path.join(git_dir, "config"))
+        except OSError:
+            return None
+        return f"{owner}:{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
 
     def lineage_head(self) -> pygit2.Commit | None:
         repo = self.lineage

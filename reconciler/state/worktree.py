@@ -13,6 +13,7 @@ import hashlib
 import os
 import stat
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 
 import pygit2
@@ -20,7 +21,8 @@ import pygit2
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.repos import READ_ERRORS, open_repo
 
-__all__ = ["dirty", "index_entries", "provably_clean"]
+__all__ = ["clean_as_listed", "dirty", "index_entries", "listing_of", "provably_clean",
+           "tree_listing"]
 
 _FAST_CLEAN_MAX_FILES = 20000
 
@@ -102,6 +104,19 @@ def _tree_entries(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, tuple
     return found
 
 
+def listing_of(entries: Iterable[tuple[str, int, bytes]]) -> str:
+    """One digest of a tree's every blob: (path, mode, raw id), in path order."""
+    digest = hashlib.sha256()
+    for path, mode, sha in sorted(entries):
+        digest.update(b"%o %s\0%s" % (mode, path.encode("utf-8", "surrogateescape"), sha))
+    return digest.hexdigest()
+
+
+def tree_listing(repo: pygit2.Repository, tree: pygit2.Tree) -> str:
+    """``listing_of`` a tree (every blob below it)."""
+    return listing_of((path, mode, sha) for path, (mode, sha) in _tree_entries(repo, tree).items())
+
+
 def _worktree_files(worktree: Path) -> set[str] | None:
     """Every file and symlink under the worktree (not ``.git``); None past a size limit."""
     found: set[str] = set()
@@ -121,8 +136,9 @@ def _worktree_files(worktree: Path) -> set[str] | None:
     return found
 
 
-def provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
-                    head: pygit2.Commit) -> bool:
+def provably_clean(repo: pygit2.Repository | None, git_dir: Path, worktree: Path,
+                   head: pygit2.Commit | None,
+                   listed: tuple[str, str] | None = None) -> bool:
     """git's own stat check, read-only: True only when index == HEAD and the worktree
     matches the index (files whose stat is racy or absent are hashed). False means
     "cannot tell quickly"; the caller then asks libgit2's status, which is exact.
@@ -150,10 +166,8 @@ def provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
         if any(entry[0] == ".gitattributes" or entry[0].endswith("/.gitattributes")
                for entry in entries):
             return False
-        if root_tree is None or root_tree.hex() != str(head.tree_id):
-            expected = _tree_entries(repo, head.tree)
-            if {path: (mode, sha) for path, _s, _n, mode, _z, sha in entries} != expected:
-                return False
+        if not _index_is_head(entries, root_tree, repo, head, listed):
+            return False
         files = _worktree_files(worktree)
         if files is None or files != {entry[0] for entry in entries}:
             return False
@@ -192,6 +206,34 @@ def provably_clean(repo: pygit2.Repository, git_dir: Path, worktree: Path,
         return True
     except (OSError, ValueError, KeyError, UnicodeDecodeError, struct.error):
         return False
+
+
+def _index_is_head(entries: list[tuple[str, int, int, int, int, bytes]],
+                   root_tree: bytes | None, repo: pygit2.Repository | None,
+                   head: pygit2.Commit | None, listed: tuple[str, str] | None) -> bool:
+    """The index's entries are the head's tree: its cached root tree is the head's, or
+    its entries are the tree's blobs (read from ``repo``, or given as ``listed``: the
+    head's tree id and ``listing_of`` its blobs)."""
+    if listed is not None:
+        tree, listing = listed
+        return (root_tree is not None and root_tree.hex() == tree) or listing_of(
+            (path, mode, sha) for path, _s, _n, mode, _z, sha in entries) == listing
+    if repo is None or head is None:
+        return False
+    if root_tree is not None and root_tree.hex() == str(head.tree_id):
+        return True
+    expected = _tree_entries(repo, head.tree)
+    return {path: (mode, sha) for path, _s, _n, mode, _z, sha in entries} == expected
+
+
+def clean_as_listed(paths: LineagePaths, tree: str, listing: str) -> bool:
+    """The worktree is provably its head's tree, known by the tree's id and listing
+    (``tree_listing``) without opening the repository: its ``.git`` leads to the git dir
+    and git's stat check holds (``provably_clean``). False: ask ``dirty``."""
+    target = _gitlink_target(paths.worktree)
+    if target is None or not _same_place(target, paths.git_dir):
+        return False
+    return provably_clean(None, paths.git_dir, paths.worktree, None, (tree, listing))
 
 
 def dirty(paths: LineagePaths, repo: pygit2.Repository | None,

@@ -141,8 +141,9 @@ def test_a_record_tells_the_branches_only_when_head_is_on_its_branch(
     builder = _in_sync(tmp_path)
     observe(builder.paths, cache)
     found = observed_cache.heads(builder.paths, repos.Lineage(builder.paths))
-    cached = observed_cache.recall(cache, builder.paths, found)
-    assert cached is not None
+    recalled = observed_cache.recall(cache, builder.paths, found)
+    assert recalled is not None
+    cached = recalled.observed
     told = observed_cache.recorded(cached, found)
     assert told is not None and (told.lineage, told.observation) == (
         builder.paths.branch, builder.paths.observation_branch)
