@@ -92,7 +92,8 @@ def run(root: Path, target: Path, *extra: str) -> tuple[float, int, str, float]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", plan_bench.PIN, "plan", str(target),
                            "--state-dir", str(root / "lineages"), *extra],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
+                          cwd=ROOT, capture_output=True, text=True, check=False,
+                          env=plan_bench.cli_env())
     return (time.perf_counter() - started, done.returncode, done.stdout,
             _children_cpu() - cpu)
 
@@ -130,6 +131,8 @@ def main() -> int:
     print(f"set: {options.cells} cells x {options.replicas} replicas = {count} members x "
           f"{options.generations} generations, at {root} "
           f"(built in {(root / '.complete').read_text().strip()})")
+    run(root, root / "set.yaml", "--json")  # warm-up: byte code written (plan_bench.cli_env)
+    before = plan_bench.load_average()
     base = [run(root, root / "specs", "--json") for _ in range(options.rounds)]
     sets = [run(root, root / "set.yaml", "--json") for _ in range(options.rounds)]
     text = [run(root, root / "set.yaml") for _ in range(options.rounds)]
@@ -154,6 +157,7 @@ def main() -> int:
           f"ratio {s / b:.2f}x the baseline")
     print(f"set: `ouro plan set.yaml` (text, grouped): {t:.3f} s (CPU {tc:.3f} s)  "
           f"ratio {t / b:.2f}x")
+    print(f"load average before/after: {before} / {plan_bench.load_average()}")
     part = set_part(root, options.rounds)
     print("the set's own part, in process (CPU): "
           + ", ".join(f"{name} {value:.3f} s" for name, value in part.items()))
