@@ -150,11 +150,14 @@ def remember(cache_dir: Path | None, observed: Observed, found: Heads,
 def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
           found: Heads) -> dict[str, Any] | None:
     try:
-        with open(_file(cache_dir, paths), "rb") as handle:
-            # Read whole at once (a read of _MAX_BYTES would allocate that much each time).
-            if os.fstat(handle.fileno()).st_size > _HEADER_BYTES + _MAX_BYTES:
+        fd = os.open(_file(cache_dir, paths), os.O_RDONLY | os.O_CLOEXEC)
+        try:  # read whole at once (a read of _MAX_BYTES would allocate that much)
+            size = os.fstat(fd).st_size
+            if size > _HEADER_BYTES + _MAX_BYTES:
                 return None
-            line, _, data = handle.read().partition(b"\n")
+            line, _, data = os.read(fd, size + 1).partition(b"\n")
+        finally:
+            os.close(fd)
         header = json.loads(line) if len(line) < _HEADER_BYTES else None
         if not isinstance(header, dict) or header.get("heads") != asdict(found) or (
                 header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)

@@ -307,7 +307,8 @@ class Lineage:
             return Lineage(paths)
         moved = Lineage(paths)
         moved.__dict__.update({name: value for name, value in self.__dict__.items()
-                               if name in ("lineage", "observations")})
+                               if name in ("lineage", "observations",
+                                           "_observations_git_dir")})
         return moved
 
     @functools.cached_property
@@ -324,6 +325,10 @@ class Lineage:
         ("observations": its ``.git`` folder; None when that is not a folder)."""
         if which == "lineage":
             return os.fspath(self.paths.git_dir)
+        return self._observations_git_dir
+
+    @functools.cached_property
+    def _observations_git_dir(self) -> str | None:
         dotgit = os.path.join(self.paths.observations, ".git")
         return dotgit if os.path.isdir(dotgit) else None
 

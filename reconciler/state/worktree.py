@@ -31,8 +31,7 @@ def _gitlink_target(worktree: Path) -> Path | None:
     """The git dir a worktree's ``.git`` (a ``gitdir:`` file or a folder) leads to."""
     dotgit = os.path.join(worktree, ".git")
     try:
-        with open(dotgit, "rb") as handle:
-            text = handle.read(4096).decode("utf-8")
+        text = _read(dotgit, 4096).decode("utf-8")
     except IsADirectoryError:
         return Path(dotgit)
     except (OSError, UnicodeDecodeError):
@@ -40,6 +39,15 @@ def _gitlink_target(worktree: Path) -> Path | None:
     if not text.startswith("gitdir:"):
         return None
     return Path(os.path.join(worktree, text.removeprefix("gitdir:").strip()))
+
+
+def _read(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the file at ``path`` (unbuffered: one open, one read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def _same_place(a: Path, b: Path) -> bool:
@@ -155,9 +163,12 @@ def provably_clean(repo: pygit2.Repository | None, git_dir: Path, worktree: Path
     publish: so this check runs first in every case.
     """
     try:
-        with open(git_dir / "index", "rb") as handle:
-            index_stat = os.fstat(handle.fileno())
-            data = handle.read()
+        fd = os.open(os.path.join(git_dir, "index"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            index_stat = os.fstat(fd)
+            data = os.read(fd, index_stat.st_size + 1)
+        finally:
+            os.close(fd)
         parsed = index_entries(data)
         if parsed is None:
             return False
@@ -197,8 +208,7 @@ def provably_clean(repo: pygit2.Repository | None, git_dir: Path, worktree: Path
                 return False
             if unknown or (seconds, nanos) >= index_time or size == 0:  # compare the content
                 if mode != 0o120000:
-                    with open(target, "rb") as handle:
-                        content = handle.read()
+                    content = _read(target, info.st_size + 1)
                 digest = hashlib.sha1(b"blob %d\0" % len(content) + content,
                                       usedforsecurity=False).digest()
                 if digest != sha:
