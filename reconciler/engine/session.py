@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reconciler.engine.apply import (
     Engine,
@@ -40,9 +40,11 @@ from reconciler.engine.probe import Prober
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.ownfiles import private_folder
 from reconciler.plan import LineagePlan, Plan
-from reconciler.plan.saved import SavedPlan, check_fresh, load_plan
 from reconciler.spec.load import LoadedSpec
 from reconciler.state.fleet import audit_record_dir
+
+if TYPE_CHECKING:  # a saved plan's module only when apply is given one
+    from reconciler.plan.saved import SavedPlan
 
 EXIT_INTERRUPTED = 130
 
@@ -124,6 +126,8 @@ class _Prepared:
 
 
 def _load_for_plan_file(plan_path: Path, fleet: Fleet) -> tuple[SavedPlan, list[LoadedSpec]]:
+    from reconciler.plan.saved import load_plan
+
     saved = load_plan(plan_path)
     files = sorted({item.spec_file for item in saved.lineages if item.spec_file})
     missing = [item.name for item in saved.lineages if not item.spec_file]
@@ -156,6 +160,8 @@ def prepare(request: ApplyRequest, fleet: Fleet) -> _Prepared:
     observed = fleet.observe_all(specs)
     plan = fleet.plan(specs, observed=observed)
     if saved is not None:
+        from reconciler.plan.saved import check_fresh
+
         stale = check_fresh(
             saved, observed, instrument=fleet.identity,
             spec_digests={s.name: s.sha256 for s in specs})

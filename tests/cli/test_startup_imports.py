@@ -28,10 +28,12 @@ MAIN = ("import atexit, json, sys\n"
         "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
         "from reconciler.cli import main\nsys.argv[0] = 'ouro'\nmain()\n")
 # Never on an in-sync plan or apply: the terminal's renderer (a pipe gets plain text), the
-# providers' HTTP client (no provider is probed), what stores or runs a kernel.
-NEVER = ("rich", "httpx", "py_compile", "reconciler.engine.pinned", "reconciler.engine.bundle")
-# Nor on a plan: the saved plan (no -o), apply's engine and progress, the web viewer.
-NEVER_IN_PLAN = (*NEVER, "reconciler.plan.saved", "reconciler.engine.session",
+# providers' HTTP client (no provider is probed), what stores or runs a kernel, the saved
+# plan (none is given or written).
+NEVER = ("rich", "httpx", "py_compile", "reconciler.engine.pinned", "reconciler.engine.bundle",
+         "reconciler.plan.saved")
+# Nor on a plan: apply's engine and progress, the web viewer.
+NEVER_IN_PLAN = (*NEVER, "reconciler.engine.session",
                  "reconciler.engine.apply", "reconciler.engine.executors",
                  "reconciler.report.progress", "reconciler.viewer")
 
