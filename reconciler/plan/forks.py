@@ -7,8 +7,9 @@ ordinary lineage: its ancestry is in its root metadata and the plan never reads 
 parent again.
 
 These reasons are the control plane's own: the kernel's list (``kernel.base.refusals``)
-is physics release 2's and cannot grow until release 3 (a request in the session's
-REQUESTS.md); ``PLAN_REASONS`` is that list with these after it.
+is fixed by the physics release and grows only with the next one (docs/benchmarks.md,
+"What the next physics release should carry"); ``PLAN_REASONS`` is that list with these
+after it.
 """
 
 from __future__ import annotations
