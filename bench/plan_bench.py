@@ -25,7 +25,10 @@ wrong (every lineage must be in sync at G generations) or a target is missed:
 the whole in-process plan < 1 s, checking the lineages (observe + plan + JSON,
 the baseline's job) >= 10x faster than the baseline, and `ouro plan --json` as a
 fresh process (Python's start-up and imports included: what a user waits for)
-< 1 s. The ratios of the whole plan (which also parses the YAML specs, which the
+< 1 s; with 1,000 lineages (`--lineages 1000 --shared`: one lineage built, the
+others copies of it whose object files are hard links, ~2.4 GB and ~4 min) the
+command line's target is issue 21's < 2 s and the in-process whole is printed only.
+The ratios of the whole plan (which also parses the YAML specs, which the
 baseline does not) and of the CLI are printed too.
 """
 
@@ -36,6 +39,7 @@ import hashlib
 import io
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -331,14 +335,21 @@ def load_average() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def cli(root: Path) -> tuple[float, int]:
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def cli(root: Path) -> tuple[float, int, float]:
+    """Wall seconds, exit code and CPU seconds (user + system) of `ouro plan --json`."""
+    cpu = _children_cpu()
     started = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-c", PIN, "plan",
          str(root / "specs"), "--json"],
         cwd=ROOT, capture_output=True, check=False, env=cli_env(),
     )
-    return time.perf_counter() - started, result.returncode
+    return time.perf_counter() - started, result.returncode, _children_cpu() - cpu
 
 
 def main() -> int:
@@ -374,12 +385,14 @@ def main() -> int:
         if (item["action"], item["observed_generations"]) != ("in-sync", options.generations):
             problems.append(f"{item['name']}: {item['action']} {item['reason']} "
                             f"{item['observed_generations']}")
-    if any(code != 0 for _, code in ends):
-        problems.append(f"ouro plan exited {[code for _, code in ends]}, expected 0 (in sync)")
+    if any(code != 0 for _, code, _ in ends):
+        problems.append(f"ouro plan exited {[code for _, code, _ in ends]}, expected 0 "
+                        "(in sync)")
 
     # Best of the rounds for every contender alike: this machine is shared, and the
     # minimum is the figure least disturbed by other work.
-    b, w, p, c = min(base), min(whole), min(plan_only), min(t for t, _ in ends)
+    b, w, p, c = min(base), min(whole), min(plan_only), min(t for t, _, _ in ends)
+    cpu = min(used for _, _, used in ends)
     count = len(names)
     print(f"baseline, the original kernel's check (3 git subprocesses per lineage): "
           f"{b:.3f} s ({b / count * 1000:.2f} ms per lineage)")
@@ -387,16 +400,19 @@ def main() -> int:
           f"({p / count * 1000:.2f} ms per lineage)  ratio {b / p:.1f}x")
     print(f"ouro: whole plan in-process (+ loading {count} spec files): {w:.3f} s  "
           f"ratio {b / w:.1f}x  (spec loading {w - p:.3f} s)")
-    print(f"ouro: `ouro plan --json` end to end (fresh process, imports included): {c:.3f} s  "
-          f"ratio {b / c:.1f}x")
-    # Issue 21: 100 lineages in under 1 s; 1,000 (x 1,000 generations) in under 2 s.
+    print(f"ouro: `ouro plan --json` end to end (fresh process, imports included): {c:.3f} s "
+          f"(CPU {cpu:.3f} s)  ratio {b / c:.1f}x")
+    # Issue 21: 100 lineages in under 1 s, in process and from the command line; 1,000
+    # (x 1,000 generations, --shared) from the command line in under 2 s.
+    whole_met = w < TARGET_SECONDS or count >= 1000
     limit = TARGET_SECONDS * (2 if count >= 1000 else 1)
-    met = w < limit and b / p >= TARGET_RATIO and c < limit
-    print(f"targets: whole plan < {limit:.0f} s "
-          f"({'met' if w < limit else 'MISSED'}); lineage checking >= "
-          f"{TARGET_RATIO:.0f}x the baseline ({'met' if b / p >= TARGET_RATIO else 'MISSED'}); "
-          f"`ouro plan --json` end to end (what a user waits for) < {limit:.0f} s "
-          f"({'met' if c < limit else 'MISSED'})")
+    met = whole_met and b / p >= TARGET_RATIO and c < limit
+    print(f"targets: whole plan in-process < {TARGET_SECONDS:.0f} s "
+          f"({'met' if w < TARGET_SECONDS else 'MISSED'}"
+          f"{'; no target at 1,000 lineages' if count >= 1000 else ''}); lineage checking "
+          f">= {TARGET_RATIO:.0f}x the baseline "
+          f"({'met' if b / p >= TARGET_RATIO else 'MISSED'}); `ouro plan --json` end to end "
+          f"(what a user waits for) < {limit:.0f} s ({'met' if c < limit else 'MISSED'})")
     for line in problems[:10]:
         print(f"WRONG PLAN: {line}")
     return 0 if met and not problems else 1

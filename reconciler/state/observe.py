@@ -587,6 +587,17 @@ def observe_spec(spec: DeclaredSpec, cache_dir: Path | None = None
     return paths, observe(paths, cache_dir, opened=opened.at(paths), known=known.get(paths))
 
 
+def _any_ref_lock(paths: LineagePaths) -> bool:
+    """Is any of ``ref_locks``' files there? Asked by name first (string paths: this runs
+    for every lineage of a fleet), and ``ref_locks`` itself only when one may be."""
+    for git_dir, branch in ((os.fspath(paths.git_dir), paths.branch),
+                            (os.path.join(paths.observations, ".git"),
+                             paths.observation_branch)):
+        if os.path.lexists(os.path.join(git_dir, "refs", "heads", f"{branch}.lock")):
+            return bool(ref_locks(paths))
+    return False
+
+
 def _live(recalled: observed_cache.Recalled, opened: Lineage) -> Observed | None:
     """A cached observation with what lives outside the objects read now; None when any
     of it is not as the record assumes (then the lineage is observed in full). The
@@ -597,7 +608,7 @@ def _live(recalled: observed_cache.Recalled, opened: Lineage) -> Observed | None
     try:
         if not (_exists(paths.worktree) and _exists(paths.git_dir)
                 and _exists(paths.observations)) or os.path.islink(paths.worktree) \
-                or _read_marker(paths.git_dir)[0] or ref_locks(paths):
+                or _read_marker(paths.git_dir)[0] or _any_ref_lock(paths):
             return None
         if recalled.tree is not None and recalled.listing is not None and clean_as_listed(
                 paths, recalled.tree, recalled.listing):

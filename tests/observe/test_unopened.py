@@ -152,3 +152,20 @@ def test_the_lineage_reader_answers_alike_either_way(tmp_path: Path) -> None:
     subprocess.run(["git", "--git-dir", str(git_dir), "pack-refs", "--all"], check=True)
     assert lineage.refs("observations", branches) == fast  # now through libgit2
     assert fast[0] == builder.paths.observation_branch and fast[1][1] is None
+
+
+@pytest.mark.parametrize("place", ["git_dir", "observations"])
+def test_a_ref_lock_left_behind_is_read_in_full(tmp_path: Path, cache: Path,
+                                                place: str) -> None:
+    builder = _in_sync(tmp_path)
+    observe(builder.paths, cache)
+    if place == "git_dir":
+        lock = builder.paths.git_dir / "refs" / "heads" / f"{builder.paths.branch}.lock"
+    else:
+        lock = (builder.paths.observations / ".git" / "refs" / "heads"
+                / f"{builder.paths.observation_branch}.lock")
+    lock.write_text("", encoding="utf-8")
+    seen = observe(builder.paths, cache)
+    assert seen == observe(builder.paths)
+    assert [p.message for p in seen.problems if p.code == "damaged"] == [
+        f"{lock} was left behind by a git command"]
