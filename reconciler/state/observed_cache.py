@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from decimal import InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,11 @@ class Heads:
     observation_config: str | None = None
 
 
+def _fields(found: Heads) -> dict[str, str | None]:
+    """``dataclasses.asdict`` of ``found`` (its fields are strings: no deep copy needed)."""
+    return {name: getattr(found, name) for name in _HEADS_FIELDS}
+
+
 def heads(paths: LineagePaths, lineage: Lineage) -> Heads:
     """The refs of ``paths``' branches now, read from the refs alone (no object; from
     the ref files when they tell beyond doubt: ``repos.refs_from_files``)."""
@@ -65,6 +70,9 @@ def heads(paths: LineagePaths, lineage: Lineage) -> Heads:
         "observations", (paths.observation_branch, probe_branch(paths.branch)))
     return Heads(branch, observation, probes, head_branch, obs_head_branch,
                  lineage.config_stamp("lineage"), lineage.config_stamp("observations"))
+
+
+_HEADS_FIELDS = tuple(item.name for item in fields(Heads))
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,7 @@ def remember(cache_dir: Path | None, observed: Observed, found: Heads,
     except (TypeError, ValueError):  # a record that is not JSON: not kept
         return
     header = seal.sealed({"schema": SCHEMA, "key": cache_key(observed.paths),
-                          "heads": asdict(found), "body_sha256": hashlib.sha256(body).hexdigest()})
+                          "heads": _fields(found), "body_sha256": hashlib.sha256(body).hexdigest()})
     write_cache(_file(cache_dir, observed.paths),
                 json.dumps(header, separators=(",", ":")).encode("ascii") + b"\n" + body)
 
@@ -159,7 +167,7 @@ def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
         finally:
             os.close(fd)
         header = json.loads(line) if len(line) < _HEADER_BYTES else None
-        if not isinstance(header, dict) or header.get("heads") != asdict(found) or (
+        if not isinstance(header, dict) or header.get("heads") != _fields(found) or (
                 header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)
                 or not seal.opens(header)):
             return None

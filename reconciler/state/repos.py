@@ -121,12 +121,12 @@ def _small_file(path: str) -> bytes | None:
         os.close(fd)
 
 
+_OID_LINE = re.compile(rb"[0-9a-f]{40}\n")
+
+
 def _oid_line(data: bytes) -> str | None:
-    if len(data) == 41 and data.endswith(b"\n"):
-        text = data[:40].decode("ascii", errors="replace")
-        if all(c in "0123456789abcdef" for c in text):
-            return text
-    return None
+    """The commit id of a ref file that holds exactly one (SHA-1, lower case, newline)."""
+    return data[:40].decode("ascii") if _OID_LINE.fullmatch(data) else None
 
 
 def refs_from_files(git_dir: str, branches: tuple[str, ...]

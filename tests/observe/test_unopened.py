@@ -169,3 +169,14 @@ def test_a_ref_lock_left_behind_is_read_in_full(tmp_path: Path, cache: Path,
     assert seen == observe(builder.paths)
     assert [p.message for p in seen.problems if p.code == "damaged"] == [
         f"{lock} was left behind by a git command"]
+
+
+def test_a_records_heads_are_every_field(tmp_path: Path) -> None:
+    import dataclasses
+
+    from reconciler.state import observed_cache
+
+    builder = _in_sync(tmp_path)
+    found = observed_cache.heads(builder.paths, Lineage(builder.paths))
+    assert observed_cache._fields(found) == dataclasses.asdict(found)
+    assert found.lineage_config is not None and found.observation_config is not None
