@@ -15,6 +15,7 @@ from reconciler.state import observe as observe_module
 from reconciler.state.branches import Recorded, spec_paths
 from reconciler.state.observe import observe, observe_spec
 from tests.observe.builder import LineageBuilder
+from tests.observe.spies import count_opens
 
 
 @dataclass(frozen=True)
@@ -52,18 +53,6 @@ def _as_separately(spec: _Spec, cache: Path | None) -> tuple[LineagePaths, objec
     return paths, observe(paths, cache)
 
 
-def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    opened: list[Path] = []
-    real = repos.open_repo
-
-    def counting(path: Path, *, bare: bool = False) -> repos.Repo | None:
-        opened.append(Path(path))
-        return real(path, bare=bare)
-
-    monkeypatch.setattr(repos, "open_repo", counting)
-    return opened
-
-
 @pytest.mark.parametrize("cached", [False, True])
 def test_the_answer_is_where_then_observe(tmp_path: Path, cache: Path, cached: bool) -> None:
     builder = _in_sync(tmp_path)
@@ -81,7 +70,7 @@ def test_the_record_answers_the_recorded_branches(
     builder = _in_sync(tmp_path)
     spec = _Spec(builder.paths)
     first = observe_spec(spec, cache)  # reads the repositories, keeps the record
-    opened = _count_opens(monkeypatch)
+    opened = count_opens(monkeypatch)
 
     def refuse(paths: LineagePaths, lineage: object = None) -> Recorded:
         raise AssertionError("the recorded branches were read from the repositories")
@@ -96,7 +85,7 @@ def test_the_record_answers_the_recorded_branches(
 def test_each_repository_is_opened_once_without_a_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     builder = _in_sync(tmp_path)
-    opened = _count_opens(monkeypatch)
+    opened = count_opens(monkeypatch)
     paths, seen = observe_spec(_Spec(builder.paths))
     assert seen.generations == 2 and paths == builder.paths
     assert sorted(opened) == sorted([builder.paths.git_dir, builder.paths.observations])

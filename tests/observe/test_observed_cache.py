@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.state import observe as observe_module
 from reconciler.state.observe import observe
-from reconciler.state.observed import Observed
 from tests.observe.builder import LineageBuilder
+from tests.observe.spies import no_reading
 
 
 @pytest.fixture
@@ -32,20 +31,13 @@ def _in_sync(tmp_path: Path) -> LineageBuilder:
     return builder
 
 
-def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object) -> Observed:
-        raise AssertionError("observe read the repositories")
-
-    monkeypatch.setattr(observe_module, "_observe", refuse)
-
-
 def test_an_unchanged_lineage_is_observed_from_its_record(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     builder = _in_sync(tmp_path)
     read = observe(builder.paths, cache)
     assert read == observe(builder.paths) and read.generations == 2 and not read.problems
     assert len(list(cache.glob("*.observed.json"))) == 1
-    _no_reading(monkeypatch)
+    no_reading(monkeypatch)
     assert observe(builder.paths, cache) == read
 
 
@@ -68,7 +60,7 @@ def test_the_worktree_and_the_marker_are_read_every_time(
     observe(builder.paths, cache)
     (builder.paths.worktree / "organism.el").write_text("(hand edit)\n", encoding="utf-8")
     with monkeypatch.context() as patched:
-        _no_reading(patched)
+        no_reading(patched)
         seen = observe(builder.paths, cache)  # the record holds: only the worktree is read
     assert seen.dirty and seen.dirty_paths == ("organism.el",)
     builder.write_marker()  # a marker: the lineage is read in full

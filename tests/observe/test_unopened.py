@@ -13,12 +13,11 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.state import observe as observe_module
 from reconciler.state import repos
 from reconciler.state.observe import observe
-from reconciler.state.observed import Observed
 from reconciler.state.repos import Lineage, refs_from_files
 from tests.observe.builder import LineageBuilder
+from tests.observe.spies import count_opens, no_reading
 
 
 @pytest.fixture
@@ -85,32 +84,13 @@ def test_what_the_files_cannot_tell_goes_to_libgit2(tmp_path: Path, case: str) -
     assert refs_from_files(str(git_dir), branches) is None
 
 
-def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    opened: list[Path] = []
-    real = repos.open_repo
-
-    def counting(path: Path, *, bare: bool = False) -> repos.Repo | None:
-        opened.append(Path(path))
-        return real(path, bare=bare)
-
-    monkeypatch.setattr(repos, "open_repo", counting)
-    return opened
-
-
-def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object) -> Observed:
-        raise AssertionError("observe read the repositories")
-
-    monkeypatch.setattr(observe_module, "_observe", refuse)
-
-
 def test_an_in_sync_lineage_is_observed_without_opening_a_repository(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     builder = _in_sync(tmp_path)
     first = observe(builder.paths, cache)
     with monkeypatch.context() as patched:
-        opened = _count_opens(patched)
-        _no_reading(patched)
+        opened = count_opens(patched)
+        no_reading(patched)
         assert observe(builder.paths, cache) == first
     assert opened == [] and not first.dirty and not first.problems
 
@@ -126,7 +106,7 @@ def test_an_index_of_another_tree_is_not_clean(tmp_path: Path, cache: Path,
     index.read()
     index.add("organism.el")
     index.write()
-    _no_reading(monkeypatch)  # the record still holds: only the worktree is read again
+    no_reading(monkeypatch)  # the record still holds: only the worktree is read again
     seen = observe(builder.paths, cache)
     assert seen.dirty and seen.dirty_paths == ("organism.el",)
 
