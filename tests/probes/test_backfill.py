@@ -105,6 +105,40 @@ print(measure_missing(paths, [resolve(spec)], parallel=2), flush=True)
 """
 
 
+def _probe_lock(paths: LineagePaths) -> Path:
+    return paths.observations / ".git" / "refs" / "heads" / "probes" / f"{paths.branch}.lock"
+
+
+@pytest.mark.parametrize("records_before", [0, 1])
+def test_a_killed_writers_lock_file_does_not_stop_the_branch(
+        tmp_path: Path, records_before: int) -> None:
+    """A writer killed between libgit2's lock and its rename leaves the branch's lock
+    file; the next writer (alone: the apply lock) removes it and records as usual."""
+    paths, _ = lineage(tmp_path, 3)
+    resolved = resolve(probe())
+    if records_before:
+        assert measure_missing(paths, [resolved], only=1).records == 1
+    lock = _probe_lock(paths)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("0" * 40 + "\n")  # what libgit2 had written when the writer died
+    done = measure_missing(paths, [resolved])
+    assert (done.records, done.errors) == (3 - records_before, [])
+    assert not lock.exists()
+    assert stored.coverage(paths) == {resolved.digest: frozenset({1, 2, 3})}
+
+
+def test_a_record_that_cannot_be_written_is_said_so_not_blamed_on_the_sandbox(
+        tmp_path: Path) -> None:
+    paths, _ = lineage(tmp_path, 1)
+    lock = _probe_lock(paths)
+    lock.mkdir(parents=True)  # not a writer's leftover: left for libgit2 to refuse
+    done = measure_missing(paths, [resolve(probe())])
+    (error,) = done.errors
+    assert error.startswith(f"probe count on gen 1: its record could not be written to "
+                            f"{paths.observations}: "), error
+    assert "sandbox" not in error and done.records == 0 and lock.is_dir()
+
+
 def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
     paths, _ = lineage(tmp_path, 20)
     resolved = resolve(probe())

@@ -27,7 +27,7 @@ from reconciler.state import probes as stored
 
 from . import records, sandbox
 
-__all__ = ["Measured", "Work", "measure_missing", "missing_work"]
+__all__ = ["Measured", "NotWritten", "Work", "measure_missing", "missing_work"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class Work:
 class Measured:
     records: int = 0
     failures: int = 0  # records of a probe failure
-    errors: list[str] = field(default_factory=list)  # the sandbox could not run
+    # the sandbox could not run, or a record could not be written
+    errors: list[str] = field(default_factory=list)
 
 
 def missing_work(paths: LineagePaths, probes: Sequence[ResolvedProbe],
@@ -56,6 +57,11 @@ def missing_work(paths: LineagePaths, probes: Sequence[ResolvedProbe],
         [] if only is not None else range(len(commits), 0, -1))
     return [Work(probe, number, commits[number - 1]) for number in numbers
             for probe in probes if number not in covered.get(probe.digest, frozenset())]
+
+
+class NotWritten(Exception):
+    """A generation was measured but its record could not be written (the message says
+    where and why): not the sandbox's failure."""
 
 
 def _record(work: Work, run: sandbox.Run) -> dict[str, Any]:
@@ -78,7 +84,12 @@ def _one(paths: LineagePaths, work: Work) -> dict[str, Any]:
         scope_name=f"ouro-probe-{work.probe.digest[:12]}-{work.generation}-"
                    f"{threading.get_ident() % 100000}.{os.getpid()}")
     record = _record(work, run)
-    records.write_record(paths, work.probe.describe(), work.probe.files, work.generation, record)
+    try:
+        records.write_record(paths, work.probe.describe(), work.probe.files, work.generation,
+                             record)
+    except (OSError, ValueError, pygit2.GitError) as error:
+        raise NotWritten(f"its record could not be written to {paths.observations}: "
+                         f"{error}") from error
     return record
 
 
@@ -98,6 +109,11 @@ def measure_missing(paths: LineagePaths, probes: Sequence[ResolvedProbe], *, par
             return
         try:
             record = _one(paths, item)
+        except NotWritten as error:
+            stop.set()
+            with lock:
+                done.errors.append(f"probe {item.probe.name} on gen {item.generation}: {error}")
+            return
         except (KernelError, OSError, RuntimeError, ValueError, pygit2.GitError) as error:
             stop.set()
             with lock:

@@ -4,13 +4,17 @@ Rule: a record is written whole or not at all: its blobs and trees first, then o
 commit, then the branch moves to it (libgit2 writes the ref through a lock file and
 a rename), so a crash leaves the record or nothing. Writers of one observation
 repository in this process take turns (``_LOCKS``); other processes are kept out by
-the lineage's apply lock, which every measuring apply holds. Layout:
+the lineage's apply lock, which every measuring apply holds. So a lock file of the
+probes branch found by a writer is a killed writer's leftover (a kill between libgit2's
+lock and its rename): it is removed, or the branch could never move again. Layout:
 ``reconciler.state.probes``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -90,6 +94,7 @@ def write_record(paths: LineagePaths, probe: dict[str, Any], files: ProbeFiles,
         repo = pygit2.Repository(str(paths.observations),
                                  pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         ref_name = f"refs/heads/{stored.probe_branch(paths.branch)}"
+        _remove_leftover_lock(os.path.join(repo.path, ref_name + ".lock"))
         ref = repo.references.get(ref_name)
         parent = repo.get(ref.resolve().target) if ref is not None else None
         root = parent.peel(pygit2.Tree) if isinstance(parent, pygit2.Commit) else None
@@ -109,3 +114,14 @@ def write_record(paths: LineagePaths, probe: dict[str, Any], files: ProbeFiles,
         else:
             ref.set_target(oid, message.strip())
         return str(oid)
+
+
+def _remove_leftover_lock(path: str) -> None:
+    """Remove a killed writer's lock file of the probes branch (see the module's rule); a
+    folder or anything else there is left for libgit2 to refuse, by name."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode):
+        os.unlink(path)
