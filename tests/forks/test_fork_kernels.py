@@ -4,35 +4,25 @@ checkouts (the kernel changes between two commits), real sandboxes, real git."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from tests.apply.helpers import write_spec
 from tests.forks.helpers import fork_spec
-from tests.host import require
 from tests.kernels.checkout import (
     change_kernel,
     commit,
-    environment,
-    git,
-    make_checkout,
     observation,
     ouro,
     root_metadata,
+    workspace,
 )
 from tests.observe.builder import lineage_paths
 
 
 def test_a_fork_under_the_parents_kernel_and_one_under_the_running_kernel(
         tmp_path: Path) -> None:
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
-    source = make_checkout(tmp_path / "ouro")
-    c1 = git(source, "rev-parse", "HEAD")
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
-    specs.mkdir()
+    space = workspace(tmp_path)
+    source, c1, state, env, specs = space.checkout, space.c1, space.state, space.env, space.specs
     write_spec(specs, "scribe", 2)
     born = ouro(source, env, "apply", "--yes", str(specs))
     assert born.returncode == 0, born.stdout + born.stderr

@@ -9,8 +9,6 @@ is a lethal organism (gen 1 installs it, gen 2 dies of it before it asks for ano
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from reconciler.kernel.base import formats
 from tests.apply.helpers import write_replies, write_spec
 from tests.host import require
-from tests.kernels.checkout import REPO_ROOT, commit, environment, make_checkout, ouro
+from tests.kernels.checkout import apply_json, commit, replace_source, source_at, workspace
 from tests.observe.builder import lineage_paths
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
@@ -30,24 +28,6 @@ LETHAL = ("(defun deep (n) (if (> n 0) (deep (1- n)) (undefined-function-of-the-
 CAUSE = "Debugger entered--Lisp error: (void-function undefined-function-of-the-organism)"
 
 
-def _archive(commit_id: str, folder: Path) -> bool:
-    """Write this repository's tree at ``commit_id`` into ``folder`` (git archive)."""
-    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
-        return False
-    found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
-                            f"{commit_id}^{{commit}}"], capture_output=True, check=False)
-    if found.returncode != 0:
-        return False
-    folder.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit_id],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return True
-
-
-def _apply(checkout: Path, env: dict[str, str], specs: Path) -> None:
-    done = ouro(checkout, env, "apply", "--yes", "--json", "--parallel", "2", str(specs))
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _death_block(state: Path, name: str) -> list[str]:
@@ -59,27 +39,21 @@ def _death_block(state: Path, name: str) -> list[str]:
 
 
 def test_only_a_lineage_born_under_release_2_keeps_its_deaths_cause(tmp_path: Path) -> None:
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
     old_source = tmp_path / "ouro-before"
-    require(_archive(BEFORE_JOURNAL, old_source), "needs this repository's git history")
-    checkout = make_checkout(tmp_path / "ouro", source=old_source)
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
+    require(source_at(BEFORE_JOURNAL, old_source), "needs this repository's git history")
+    space = workspace(tmp_path, source=old_source)
+    checkout, state, env, specs = space.checkout, space.state, space.env, space.specs
     # gen 2 dies before it asks: the second reply is never used, but apply runs a replay
     # generation only while the folder has a reply left for it
     replies = write_replies(specs / "replies", [LETHAL, ";; never asked for\n"])
     write_spec(specs, "before", 1, provider="replay", replay=str(replies))
-    _apply(checkout, env, specs)  # born under the kernel before the release: gen 1 changed
+    apply_json(checkout, env, specs)  # born under the kernel before the release: gen 1 changed
 
-    shutil.rmtree(checkout / "reconciler")
-    shutil.copytree(REPO_ROOT / "reconciler", checkout / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build_commit.txt"))
+    replace_source(checkout)
     commit(checkout, "release 2's journal")
     write_spec(specs, "before", 2, provider="replay", replay=str(replies))
     write_spec(specs, "after", 2, provider="replay", replay=str(replies))
-    _apply(checkout, env, specs)
+    apply_json(checkout, env, specs)
 
     old = _death_block(state, "before")  # its stored kernel: the original's five lines
     assert len(old) == 5 and CAUSE not in old

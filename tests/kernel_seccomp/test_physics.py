@@ -7,8 +7,6 @@ boundary of physics release 3, a lineage born under release 2 keeps its stored k
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +17,14 @@ from reconciler.kernel.sandbox import seccomp_bpf
 from tests.apply.helpers import write_spec
 from tests.host import require
 from tests.kernels.checkout import (
-    REPO_ROOT,
+    apply_json,
     change_kernel,
     commit,
-    environment,
     git,
-    make_checkout,
     observation,
-    ouro,
+    replace_source,
+    source_at,
+    workspace,
 )
 from tests.observe.builder import lineage_paths
 
@@ -40,58 +38,28 @@ BEFORE_RELEASE_2 = "1f9102200c575934ce060b9473fd6ed491c1a261"
 BEFORE_RELEASE_3 = "33611e551956eef8b8d084e1ade2b084ef2fc382"
 
 
-def _source_at(revision: str, folder: Path) -> bool:
-    """Write the source tree of ``revision`` of this repository into ``folder``."""
-    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
-        return False
-    found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
-                            f"{revision}^{{commit}}"], capture_output=True, check=False)
-    if found.returncode != 0:
-        return False
-    folder.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return True
-
-
-def _apply(checkout: Path, env: dict[str, str], specs: Path) -> None:
-    done = ouro(checkout, env, "apply", "--yes", "--json", "--parallel", "2", str(specs))
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _record(state: Path, name: str, number: int) -> dict[str, Any]:
     return observation(lineage_paths(state, name).observations, number)
 
 
-def _replace_source(checkout: Path, source: Path) -> None:
-    """The checkout's ouro becomes ``source``'s (its reconciler and pyproject)."""
-    shutil.rmtree(checkout / "reconciler")
-    shutil.copytree(source / "reconciler", checkout / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build_commit.txt"))
-    shutil.copy2(source / "pyproject.toml", checkout / "pyproject.toml")
-
 
 def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> None:
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
     old_source = tmp_path / "ouro-before"
-    require(_source_at(BEFORE_RELEASE_2, old_source), "needs this repository's git history")
-    checkout = make_checkout(tmp_path / "ouro", source=old_source)
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
-    specs.mkdir()
+    require(source_at(BEFORE_RELEASE_2, old_source), "needs this repository's git history")
+    space = workspace(tmp_path, source=old_source)
+    checkout, state, env, specs = space.checkout, space.state, space.env, space.specs
 
     write_spec(specs, "before", 1)
-    _apply(checkout, env, specs)  # born under the kernel before release 2
+    apply_json(checkout, env, specs)  # born under the kernel before release 2
     assert "sandbox" not in _record(state, "before", 1)["constraints"]
 
-    _replace_source(checkout, REPO_ROOT)
+    replace_source(checkout)
     commit(checkout, "release 2")
     write_spec(specs, "before", 2)
     write_spec(specs, "after", 1)
-    _apply(checkout, env, specs)
+    apply_json(checkout, env, specs)
     extended = _record(state, "before", 2)
     assert extended["ran_with"]["kernel"]["source"] == "store"  # its own stored kernel
     assert "sandbox" not in extended["constraints"]  # ... with its own physics
@@ -109,7 +77,7 @@ def test_lineages_born_before_release_2_keep_their_physics(tmp_path: Path) -> No
     commit(checkout, "a later physics")
     write_spec(specs, "before", 2)
     write_spec(specs, "after", 2)
-    _apply(checkout, env, specs)
+    apply_json(checkout, env, specs)
     pinned = _record(state, "after", 2)
     assert pinned["ran_with"]["kernel"]["source"] == "store", pinned["ran_with"]
     assert pinned["ran_with"]["kernel"]["package"].startswith("ouro_kernel_")
@@ -124,25 +92,20 @@ def test_lineages_born_under_release_2_keep_their_kernel_after_release_3(
         tmp_path: Path) -> None:
     """The real boundary: main before release 3 births a lineage; this ouro extends it
     by its stored kernel (release 2's fingerprint) and births new ones under its own."""
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
     old_source = tmp_path / "ouro-before"
-    require(_source_at(BEFORE_RELEASE_3, old_source), "needs this repository's git history")
-    checkout = make_checkout(tmp_path / "ouro", source=old_source)
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
-    specs.mkdir()
+    require(source_at(BEFORE_RELEASE_3, old_source), "needs this repository's git history")
+    space = workspace(tmp_path, source=old_source)
+    checkout, state, env, specs = space.checkout, space.state, space.env, space.specs
 
     write_spec(specs, "two", 1)
-    _apply(checkout, env, specs)  # born under release 2
+    apply_json(checkout, env, specs)  # born under release 2
     born_two = _record(state, "two", 1)["ran_with"]["kernel"]
 
-    _replace_source(checkout, REPO_ROOT)
+    replace_source(checkout)
     commit(checkout, "release 3")
     write_spec(specs, "two", 2)
     write_spec(specs, "three", 1)
-    _apply(checkout, env, specs)
+    apply_json(checkout, env, specs)
     extended = _record(state, "two", 2)
     assert extended["outcome"] == "no-change", extended["stderr_tail"]
     kernel = extended["ran_with"]["kernel"]

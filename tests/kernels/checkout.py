@@ -1,5 +1,6 @@
-"""Real ouro checkouts for pinned-kernel tests: a copy of this source tree in a new git
-repository, commits made with git itself, and ouro run from that checkout as a user would."""
+"""Real ouro checkouts for pinned-kernel tests: a copy of this source tree (or of its tree
+at an older revision) in a new git repository, commits made with git itself, and ouro run
+from that checkout as a user would."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pygit2
+
+from tests.host import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
@@ -67,6 +71,60 @@ def ouro(cwd: Path, env: dict[str, str], *args: str,
     return subprocess.run([sys.executable, "-c", MAIN, *args], cwd=cwd, env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def source_at(revision: str, folder: Path) -> bool:
+    """Write this repository's tree at ``revision`` into ``folder`` (git archive); False
+    where there is no git history to read it from."""
+    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
+        return False
+    found = subprocess.run(["git", "-C", str(REPO_ROOT), "cat-file", "-e",
+                            f"{revision}^{{commit}}"], capture_output=True, check=False)
+    if found.returncode != 0:
+        return False
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return True
+
+
+def replace_source(checkout: Path, source: Path = REPO_ROOT) -> None:
+    """The checkout's ouro becomes ``source``'s (its reconciler and pyproject): a release
+    lands in it, to be committed."""
+    shutil.rmtree(checkout / "reconciler")
+    shutil.copytree(source / "reconciler", checkout / "reconciler", ignore=_IGNORED)
+    shutil.copy2(source / "pyproject.toml", checkout / "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A checkout of ouro (its first commit ``c1``), a state dir, the user's environment
+    for it, and a specs folder."""
+
+    checkout: Path
+    c1: str
+    state: Path
+    env: dict[str, str]
+    specs: Path
+
+
+def workspace(tmp_path: Path, source: Path = REPO_ROOT) -> Workspace:
+    """A ``Workspace`` under ``tmp_path`` whose checkout is a copy of ``source``."""
+    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
+            "needs bubblewrap and git")
+    checkout = make_checkout(tmp_path / "ouro", source=source)
+    state = tmp_path / "state"
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    return Workspace(checkout, git(checkout, "rev-parse", "HEAD"), state, environment(state),
+                     specs)
+
+
+def apply_json(checkout: Path, env: dict[str, str], specs: Path) -> None:
+    """``ouro apply --yes --json --parallel 2 SPECS`` from ``checkout``, which must succeed."""
+    done = ouro(checkout, env, "apply", "--yes", "--json", "--parallel", "2", str(specs))
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def observation(observations: Path, number: int) -> dict[str, Any]:

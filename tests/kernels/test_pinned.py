@@ -12,13 +12,11 @@ bundle it is extended again.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.apply.helpers import write_spec
-from tests.host import require
 from tests.kernels.checkout import (
     change_kernel,
     commit,
@@ -29,6 +27,7 @@ from tests.kernels.checkout import (
     ouro,
     remove_tree,
     root_metadata,
+    workspace,
 )
 from tests.observe.builder import lineage_paths
 
@@ -54,14 +53,8 @@ def _store_entry(state: Path, fingerprint: str) -> Path:
 
 
 def test_a_lineage_outlives_ouro_versions(tmp_path: Path) -> None:
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
-    source = make_checkout(tmp_path / "ouro")
-    c1 = git(source, "rev-parse", "HEAD")
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
-    specs.mkdir()
+    space = workspace(tmp_path)
+    source, c1, state, env, specs = space.checkout, space.c1, space.state, space.env, space.specs
 
     # C1 births
     write_spec(specs, "old", 1)
@@ -173,16 +166,10 @@ def test_a_lineage_outlives_ouro_versions(tmp_path: Path) -> None:
 
 
 def test_a_spec_pin_births_under_an_older_kernel(tmp_path: Path) -> None:
-    require(shutil.which("bwrap") is not None and shutil.which("git") is not None,
-            "needs bubblewrap and git")
-    source = make_checkout(tmp_path / "ouro")
-    c1 = git(source, "rev-parse", "HEAD")
+    space = workspace(tmp_path)
+    source, c1, state, env, specs = space.checkout, space.c1, space.state, space.env, space.specs
     change_kernel(source, "C2")
     c2 = commit(source, "C2: the seed organism changes")
-    state = tmp_path / "state"
-    env = environment(state)
-    specs = tmp_path / "specs"
-    specs.mkdir()
     spec = write_spec(specs, "pinned", 1)
     spec.write_text(spec.read_text() + f"  instrument:\n    commit: {c1}\n")
     plan = ouro(source, env, "plan", "--json", str(specs))
