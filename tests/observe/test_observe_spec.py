@@ -32,13 +32,6 @@ class _Spec:
                        or f"observations/{self.declared_branch or self.places.branch}")
 
 
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
-    return state / ".summaries"
-
-
 def _in_sync(root: Path, name: str = "alpha", paths: LineagePaths | None = None
              ) -> LineageBuilder:
     builder = LineageBuilder(root, name, paths=paths)

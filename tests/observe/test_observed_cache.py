@@ -16,13 +16,6 @@ from tests.observe.builder import LineageBuilder
 from tests.observe.spies import no_reading
 
 
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
-    return state / ".summaries"
-
-
 def _in_sync(tmp_path: Path) -> LineageBuilder:
     builder = LineageBuilder(tmp_path)
     builder.gen("changed")

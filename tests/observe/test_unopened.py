@@ -20,13 +20,6 @@ from tests.observe.builder import LineageBuilder
 from tests.observe.spies import count_opens, no_reading
 
 
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
-    return state / ".summaries"
-
-
 def _in_sync(root: Path) -> LineageBuilder:
     builder = LineageBuilder(root)
     builder.gen("changed")
