@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,21 @@ def wait_for(condition, timeout: float = 20.0) -> bool:  # type: ignore[no-untyp
             return True
         time.sleep(0.2)
     return False
+
+
+def css(driver: Any, selector: str) -> list[Any]:
+    """The elements of the page ``selector`` finds."""
+    from selenium.webdriver.common.by import By
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def open_page(driver: Any, viewer: Viewer, path: str, token: bool = True) -> None:
+    """Open ``path`` of the viewer (with its token unless ``token`` is false) and wait
+    until the page has loaded."""
+    separator = "&" if "?" in path else "?"
+    driver.get(viewer.page(path) + (f"{separator}token={viewer.token}" if token else ""))
+    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
 def save_artifact(source: Path, name: str) -> None:

@@ -25,6 +25,8 @@ from tests.history.fleet import (
 from tests.viewer.browser import (
     Viewer,
     chromium,
+    css,
+    open_page,
     save_artifact,
     start_viewer,
     stop_viewer,
@@ -34,21 +36,9 @@ from tests.viewer.browser import (
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
 
-def _css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _open(driver: Any, viewer: Viewer, path: str) -> None:
-    separator = "&" if "?" in path else "?"
-    driver.get(viewer.page(path) + f"{separator}token={viewer.token}")
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
-
-
 def test_the_fleet_page_lists_the_lineages(browser: Any, fleet_viewer: Viewer) -> None:
-    _open(browser, fleet_viewer, "/")
-    rows = _css(browser, "table.fleet tr.lineage")
+    open_page(browser, fleet_viewer, "/")
+    rows = css(browser, "table.fleet tr.lineage")
     names = [row.find_elements("css selector", "td")[0].text for row in rows]
     assert names == ["cut", "scribe", "quiet", "hostile", "story"]  # spec files in name order
     cells = {row.find_elements("css selector", "td")[0].text:
@@ -66,35 +56,35 @@ def test_a_generation_page_shows_its_kernel_and_a_truncated_reply(
     import json
 
     born = json.loads((grown_fleet.state / "cut.observations" / "metadata.json").read_text())
-    _open(browser, fleet_viewer, "/lineage/cut/gen/1")
-    [commit] = _css(browser, "code.kernel-commit")
+    open_page(browser, fleet_viewer, "/lineage/cut/gen/1")
+    [commit] = css(browser, "code.kernel-commit")
     assert commit.text == born["instrument_commit"][:12]
     assert commit.get_attribute("title") == born["instrument_commit"]
-    assert _css(browser, "code.kernel-fingerprint")[0].text == born["instrument_fingerprint"]
-    assert _css(browser, "dd.kernel-source")[0].text == "running"
-    assert "GNU Emacs" in _css(browser, "dd.versions")[0].text
-    assert not _css(browser, "dd.foreign")
-    [stop] = _css(browser, "code.stop-reason")
+    assert css(browser, "code.kernel-fingerprint")[0].text == born["instrument_fingerprint"]
+    assert css(browser, "dd.kernel-source")[0].text == "running"
+    assert "GNU Emacs" in css(browser, "dd.versions")[0].text
+    assert not css(browser, "dd.foreign")
+    [stop] = css(browser, "code.stop-reason")
     assert stop.text == "max_tokens"
-    [cut] = _css(browser, "strong.truncated")
+    [cut] = css(browser, "strong.truncated")
     assert cut.is_displayed() and cut.text == "TRUNCATED"
     shot = tmp_path / "truncated-cut-1.png"
     browser.save_screenshot(str(shot))
     save_artifact(shot, shot.name)
-    _open(browser, fleet_viewer, "/lineage/cut")
-    assert "stopped after gen 3 (auth)" in _css(browser, "p.stopped")[0].text
-    assert "fingerprint " + born["instrument_fingerprint"] in _css(browser, "dd.born")[0].text
+    open_page(browser, fleet_viewer, "/lineage/cut")
+    assert "stopped after gen 3 (auth)" in css(browser, "p.stopped")[0].text
+    assert "fingerprint " + born["instrument_fingerprint"] in css(browser, "dd.born")[0].text
 
 
 def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewer,
                                                tmp_path: Path) -> None:
-    _open(browser, fleet_viewer, "/lineage/story")
-    rows = _css(browser, "table.timeline tr.generation")
+    open_page(browser, fleet_viewer, "/lineage/story")
+    rows = css(browser, "table.timeline tr.generation")
     assert [row.find_elements("css selector", "td")[0].text for row in rows] == [
         "1", "2", "3", "4", "5", "6"]
     assert "died" in rows[3].get_attribute("class")
     assert "✎1" in rows[3].text  # the external edit before gen 4
-    plots = _css(browser, "img.plot")
+    plots = css(browser, "img.plot")
     assert len(plots) == 6  # spend, cumulative spend, tokens, cpu, memory, size
     assert wait_for(lambda: all(browser.execute_script(
         "return arguments[0].complete && arguments[0].naturalWidth > 0", img) for img in plots))
@@ -117,14 +107,14 @@ def test_plots_are_drawn_svg(fleet_viewer: Viewer) -> None:
 
 def test_a_death_page_shows_the_lethal_body(browser: Any, fleet_viewer: Viewer,
                                             tmp_path: Path) -> None:
-    _open(browser, fleet_viewer, "/lineage/story/gen/4")
+    open_page(browser, fleet_viewer, "/lineage/story/gen/4")
     lethal = (REPO_ROOT / "specs" / "replies" / "scribe" / "0003").read_text()
-    [body] = _css(browser, "pre.lethal")
+    [body] = css(browser, "pre.lethal")
     shown = browser.execute_script("return arguments[0].textContent", body)
     assert shown == lethal
-    [stderr] = _css(browser, "pre.stderr")
+    [stderr] = css(browser, "pre.stderr")
     assert "void-function scribe-consolidate-memory" in stderr.text
-    assert "exit 255" in _css(browser, "pre.journal")[0].text
+    assert "exit 255" in css(browser, "pre.journal")[0].text
     shot = tmp_path / "death-story-4.png"
     browser.save_screenshot(str(shot))
     save_artifact(shot, shot.name)
@@ -134,12 +124,12 @@ def test_a_death_page_shows_the_lethal_body(browser: Any, fleet_viewer: Viewer,
                                   "/lineage/hostile/gen/2", "/lineage/hostile/gen/3",
                                   "/lineage/cut", "/lineage/cut/gen/2", "/lineage/cut/gen/3"])
 def test_hostile_text_executes_nothing(browser: Any, fleet_viewer: Viewer, path: str) -> None:
-    _open(browser, fleet_viewer, path)
+    open_page(browser, fleet_viewer, path)
     assert browser.execute_script("return document.documentElement.dataset.ouroLive") == "1"
     assert browser.execute_script("return typeof window.__ouro_pwned") == "undefined"
-    assert not _css(browser, "img:not(.plot)")
-    assert not _css(browser, "a[href^='javascript']")
-    assert not [e for e in _css(browser, "script")
+    assert not css(browser, "img:not(.plot)")
+    assert not css(browser, "a[href^='javascript']")
+    assert not [e for e in css(browser, "script")
                 if not (e.get_attribute("src") or "").endswith("/static/refresh.js")]
     text = browser.execute_script("return document.body.textContent")
     if path.endswith("hostile/gen/2"):  # the generation that wrote the hostile files
@@ -174,7 +164,7 @@ def test_the_browser_without_the_token_is_refused(fleet_viewer: Viewer, tmp_path
     try:
         driver.get(fleet_viewer.page("/lineage/story"))
         assert "403" in driver.find_element("tag name", "body").text
-        assert not _css(driver, "table")
+        assert not css(driver, "table")
     finally:
         driver.quit()
 
@@ -205,10 +195,10 @@ def test_the_page_follows_a_running_apply(browser: Any, tmp_path: Path,
     assert run_ouro("apply", "--yes", str(spec), env=env).returncode == 0
     viewer = start_viewer(env)  # no specs: the state dir's lineages, re-read on each page
     try:
-        _open(browser, viewer, "/lineage/grower")
-        assert len(_css(browser, "table.timeline tr.generation")) == 1
+        open_page(browser, viewer, "/lineage/grower")
+        assert len(css(browser, "table.timeline tr.generation")) == 1
         write_spec(specs, "grower", 3)
         assert run_ouro("apply", "--yes", str(spec), env=env).returncode == 0
-        assert wait_for(lambda: len(_css(browser, "table.timeline tr.generation")) == 3)
+        assert wait_for(lambda: len(css(browser, "table.timeline tr.generation")) == 3)
     finally:
         stop_viewer(viewer)

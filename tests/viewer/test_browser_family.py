@@ -12,20 +12,9 @@ import pytest
 
 from tests.apply.helpers import run_ouro
 from tests.forks.helpers import Family, fork_spec, grow_family
-from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
+from tests.viewer.browser import css, open_page, start_viewer, stop_viewer, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
-
-
-def _css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _open(driver: Any, viewer: Viewer, path: str) -> None:
-    driver.get(viewer.page(path) + f"?token={viewer.token}")
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
 def _family(root: Path) -> Family:
@@ -44,35 +33,35 @@ def test_the_family_tree_shows_forks_under_their_parents(browser: Any, tmp_path:
     family = _family(tmp_path / "family")
     viewer = start_viewer(family.env, str(family.specs))
     try:
-        _open(browser, viewer, "/")
-        (link,) = _css(browser, "a.family")
+        open_page(browser, viewer, "/")
+        (link,) = css(browser, "a.family")
         link.click()
         assert wait_for(lambda: browser.find_elements("css selector", "ul.family-tree"))
-        heading = _css(browser, "h1")[0].text
+        heading = css(browser, "h1")[0].text
         assert heading == "Family tree: 3 forks of 4 lineages", heading
         top = [li.get_attribute("data-lineage")
-               for li in _css(browser, "ul.family-tree > li.node")]
+               for li in css(browser, "ul.family-tree > li.node")]
         assert top == ["scribe"], top
-        under = [li.get_attribute("data-lineage") for li in _css(
+        under = [li.get_attribute("data-lineage") for li in css(
             browser, "li[data-lineage=scribe] > ul > li.node")]
         assert under == ["child", "sibling"], under
-        (grand,) = _css(browser, "li[data-lineage=child] > ul > li[data-lineage=grandchild]")
+        (grand,) = css(browser, "li[data-lineage=child] > ul > li[data-lineage=grandchild]")
         assert "from gen 1 of child" in grand.text and "running kernel" in grand.text
-        sibling = _css(browser, "li[data-lineage=sibling]")[0]
+        sibling = css(browser, "li[data-lineage=sibling]")[0]
         assert "from gen 1 of scribe" in sibling.text and "parent kernel" in sibling.text
         assert "same physics" in sibling.text
 
         # the fork generation's link: the parent's generation page
-        fork_link = _css(browser, "li[data-lineage=child] > span.forked a.fork-generation")[0]
+        fork_link = css(browser, "li[data-lineage=child] > span.forked a.fork-generation")[0]
         assert fork_link.get_attribute("href").endswith("/lineage/scribe/gen/2")
         fork_link.click()
         assert wait_for(lambda: "scribe gen 2" in browser.title)
-        assert _css(browser, "h1")[0].text.startswith("scribe gen 2:")
+        assert css(browser, "h1")[0].text.startswith("scribe gen 2:")
         # the node's own link: the fork's lineage page
-        _open(browser, viewer, "/family")
-        _css(browser, "li[data-lineage=grandchild] > a.lineage")[0].click()
+        open_page(browser, viewer, "/family")
+        css(browser, "li[data-lineage=grandchild] > a.lineage")[0].click()
         assert wait_for(lambda: browser.title.startswith("grandchild"))
-        assert _css(browser, "h1")[0].text.startswith("grandchild: 1")
+        assert css(browser, "h1")[0].text.startswith("grandchild: 1")
     finally:
         stop_viewer(viewer)
 
@@ -82,12 +71,12 @@ def test_the_family_tree_shows_forks_under_their_parents(browser: Any, tmp_path:
     shutil.copy(family.specs / "child.yaml", alone / "child.yaml")
     viewer = start_viewer(family.env, str(alone))
     try:
-        _open(browser, viewer, "/family")
-        (root,) = _css(browser, "ul.family-tree > li.node")
+        open_page(browser, viewer, "/family")
+        (root,) = css(browser, "ul.family-tree > li.node")
         assert root.get_attribute("data-lineage") == "scribe"
         assert "absent" in root.get_attribute("class") and "not shown here" in root.text
-        (child,) = _css(browser, "li[data-lineage=scribe] > ul > li[data-lineage=child]")
+        (child,) = css(browser, "li[data-lineage=scribe] > ul > li[data-lineage=child]")
         assert "from gen 2 of scribe" in child.text
-        assert not _css(browser, "li[data-lineage=child] a.fork-generation")  # no page to link
+        assert not css(browser, "li[data-lineage=child] a.fork-generation")  # no page to link
     finally:
         stop_viewer(viewer)

@@ -14,25 +14,13 @@ import pytest
 from reconciler.state.summaries import summarize
 from tests.apply.helpers import UNASKED, ouro_argv, run_ouro, write_replies, write_spec
 from tests.history.fleet import Fleet
-from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
+from tests.viewer.browser import Viewer, css, open_page, start_viewer, stop_viewer, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
 
-def _css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _open(driver: Any, viewer: Viewer, path: str) -> None:
-    separator = "&" if "?" in path else "?"
-    driver.get(viewer.page(path) + f"{separator}token={viewer.token}")
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
-
-
 def _cells(driver: Any) -> dict[str, list[str]]:
-    rows = _css(driver, "table.fleet tr.lineage")
+    rows = css(driver, "table.fleet tr.lineage")
     return {row.find_elements("css selector", "td")[0].text:
             [td.text for td in row.find_elements("css selector", "td")] for row in rows}
 
@@ -54,7 +42,7 @@ def _loaded(driver: Any, images: list[Any]) -> bool:
 
 def _svg_ids(driver: Any, viewer: Viewer, path: str, prefix: str) -> list[str]:
     """The ids of the plot's SVG groups that start with ``prefix`` (Chromium's DOM)."""
-    _open(driver, viewer, path)
+    open_page(driver, viewer, path)
     return list(driver.execute_script(
         "return Array.from(document.querySelectorAll('g[id^=\"' + arguments[0] + '\"]'))"
         ".map(function (g) { return g.id; })", prefix))
@@ -71,18 +59,18 @@ def test_the_target_is_the_specs_and_a_new_lineage_is_not_created_yet(
     write_spec(specs, "newcomer", 2)  # named by a spec, not applied
     viewer = start_viewer(env, str(specs))
     try:
-        _open(browser, viewer, "/")
+        open_page(browser, viewer, "/")
         cells = _cells(browser)
         assert cells["raised"][1].startswith("1 / 1")
         assert cells["newcomer"][1] == "not created yet (0 / 2)"
         write_spec(specs, "raised", 20)  # the spec is raised while the viewer runs
         assert wait_for(lambda: _progress(browser, "raised").startswith("1 / 20"))
-        _open(browser, viewer, "/lineage/raised")
-        assert _css(browser, "h1")[0].text == "raised: 1 of 20 generations"
-        _open(browser, viewer, "/lineage/newcomer")
-        assert _css(browser, "h1")[0].text == "newcomer: not created yet"
-        assert "asks for 2 generations" in _css(browser, "p.not-created")[0].text
-        assert not _css(browser, "img.plot") and not _css(browser, "table.timeline")
+        open_page(browser, viewer, "/lineage/raised")
+        assert css(browser, "h1")[0].text == "raised: 1 of 20 generations"
+        open_page(browser, viewer, "/lineage/newcomer")
+        assert css(browser, "h1")[0].text == "newcomer: not created yet"
+        assert "asks for 2 generations" in css(browser, "p.not-created")[0].text
+        assert not css(browser, "img.plot") and not css(browser, "table.timeline")
     finally:
         stop_viewer(viewer)
     assert not (tmp_path / "state" / "newcomer.git").exists()
@@ -105,7 +93,7 @@ def test_the_apply_running_now_is_shown_with_its_generation(
     apply = subprocess.Popen(ouro_argv("apply", "--yes", str(specs / "busy.yaml")), env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _open(browser, viewer, "/")
+        open_page(browser, viewer, "/")
         # the page reloads by itself as the apply takes the lineage and grows it
         running = f"running in apply pid {apply.pid} on {socket.gethostname()}, generation 2"
         seen = wait_for(lambda: running in _progress(browser, "busy") or apply.poll() is not None,
@@ -114,13 +102,13 @@ def test_the_apply_running_now_is_shown_with_its_generation(
                                                apply.stderr.read() if apply.stderr else "")
         assert wait_for(lambda: "running" not in _progress(browser, "idle")
                         and running in _progress(browser, "busy"))
-        _open(browser, viewer, "/lineage/busy")
+        open_page(browser, viewer, "/lineage/busy")
         if apply.poll() is None:
-            assert "generation 2" in _css(browser, "p.running")[0].text
+            assert "generation 2" in css(browser, "p.running")[0].text
         _out, err = apply.communicate(timeout=120)
         assert apply.returncode == 0, err
-        _open(browser, viewer, "/")
-        assert wait_for(lambda: not _css(browser, "span.running"))
+        open_page(browser, viewer, "/")
+        assert wait_for(lambda: not css(browser, "span.running"))
         assert _cells(browser)["busy"][1].startswith("2 / 2")
     finally:
         if apply.poll() is None:
@@ -131,16 +119,16 @@ def test_the_apply_running_now_is_shown_with_its_generation(
 
 def test_any_two_generations_are_compared(browser: Any, fleet_viewer: Viewer,
                                           grown_fleet: Fleet) -> None:
-    _open(browser, fleet_viewer, "/lineage/story")
-    [first] = _css(browser, "form.diff input[name=from]")
-    [second] = _css(browser, "form.diff input[name=to]")
+    open_page(browser, fleet_viewer, "/lineage/story")
+    [first] = css(browser, "form.diff input[name=from]")
+    [second] = css(browser, "form.diff input[name=to]")
     first.clear()
     first.send_keys("1")
     second.clear()
     second.send_keys("5")
-    _css(browser, "form.diff button")[0].click()
+    css(browser, "form.diff button")[0].click()
     assert wait_for(lambda: "/lineage/story/diff?from=1&to=5" in browser.current_url)
-    assert _css(browser, "h1")[0].text == "story: gen 1 → gen 5"
+    assert css(browser, "h1")[0].text == "story: gen 1 → gen 5"
     shown = browser.execute_script(
         "return Array.from(document.querySelectorAll('pre.diff span'))"
         ".map(function (s) { return s.textContent; })")
@@ -151,17 +139,17 @@ def test_any_two_generations_are_compared(browser: Any, fleet_viewer: Viewer,
                and not line.startswith(("+++", "---"))]
     assert changed and all(line in shown for line in changed)
     # the seed against the newest, and a generation that does not exist
-    _open(browser, fleet_viewer, "/lineage/story/diff?from=0&to=6")
-    assert _css(browser, "h1")[0].text == "story: gen 0 → gen 6"
-    assert "the seed" in _css(browser, "p.range")[0].text
-    _open(browser, fleet_viewer, "/lineage/story/diff?from=2&to=60")
-    assert "has no generation 60" in _css(browser, "p.error")[0].text
+    open_page(browser, fleet_viewer, "/lineage/story/diff?from=0&to=6")
+    assert css(browser, "h1")[0].text == "story: gen 0 → gen 6"
+    assert "the seed" in css(browser, "p.range")[0].text
+    open_page(browser, fleet_viewer, "/lineage/story/diff?from=2&to=60")
+    assert "has no generation 60" in css(browser, "p.error")[0].text
 
 
 def test_cumulative_spend_and_model_failures_are_plotted(
         browser: Any, fleet_viewer: Viewer, grown_fleet: Fleet) -> None:
-    _open(browser, fleet_viewer, "/lineage/cut")
-    plots = _css(browser, "img.plot")
+    open_page(browser, fleet_viewer, "/lineage/cut")
+    plots = css(browser, "img.plot")
     assert "cumulative model spend" in [img.get_attribute("alt") for img in plots]
     assert wait_for(lambda: _loaded(browser, plots))
     rows = summarize(grown_fleet.paths("cut")).rows
@@ -178,14 +166,14 @@ def test_cumulative_spend_and_model_failures_are_plotted(
 
 def test_the_fleet_page_plots_every_lineage(browser: Any, fleet_viewer: Viewer,
                                             grown_fleet: Fleet) -> None:
-    _open(browser, fleet_viewer, "/")
-    plots = _css(browser, "img.fleet-plot")
+    open_page(browser, fleet_viewer, "/")
+    plots = css(browser, "img.fleet-plot")
     assert [img.get_attribute("alt") for img in plots] == [
         "cumulative model spend, by lineage", "organism size, by lineage",
         "CPU time per generation, by lineage"]
     assert wait_for(lambda: _loaded(browser, plots))
     names = [row.find_elements("css selector", "td")[0].text
-             for row in _css(browser, "table.fleet tr.lineage")]
+             for row in css(browser, "table.fleet tr.lineage")]
     lines = _svg_ids(browser, fleet_viewer, "/fleet-plot/size.svg", "lineage-")
     assert lines == [f"lineage-{index}" for index in range(len(names))]
     spending = [name for name in names

@@ -13,7 +13,14 @@ from reconciler.engine.probes.records import write_record
 from reconciler.spec.load import load_specs
 from reconciler.spec.probes import ProbeFiles
 from tests.observe.builder import LineageBuilder
-from tests.viewer.browser import Viewer, save_artifact, start_viewer, stop_viewer, wait_for
+from tests.viewer.browser import (
+    css,
+    open_page,
+    save_artifact,
+    start_viewer,
+    stop_viewer,
+    wait_for,
+)
 
 SET = """\
 apiVersion: ouro/v1
@@ -29,18 +36,6 @@ PROBE = {"name": "score", "digest": "ab" * 32, "body": {"run": ["true"]}}
 # cell -> replica -> (the generations that die, the probe's value)
 GROWN = {0: {0: ((), 1), 1: ((2,), 3), 2: ((1, 2, 3), 1000)},
          1: {0: ((), 10), 1: ((3,), 20), 2: ((), 1000)}}
-
-
-def _css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _open(driver: Any, viewer: Viewer, path: str) -> None:
-    separator = "&" if "?" in path else "?"
-    driver.get(viewer.page(path) + f"{separator}token={viewer.token}")
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
 def _grow(tmp_path: Path) -> tuple[dict[str, str], Path, list[list[str]]]:
@@ -69,21 +64,21 @@ def _grow(tmp_path: Path) -> tuple[dict[str, str], Path, list[list[str]]]:
 
 def _cells(driver: Any) -> list[list[str]]:
     return [[td.text for td in row.find_elements("css selector", "td")[:5]]
-            for row in _css(driver, "table.cells tr.cell")]
+            for row in css(driver, "table.cells tr.cell")]
 
 
 def _choose(driver: Any, metric: str) -> None:
-    links = [a for a in _css(driver, "nav.metrics a") if a.get_attribute("data-metric") == metric]
-    assert len(links) == 1, [a.get_attribute("data-metric") for a in _css(driver, "nav.metrics a")]
+    links = [a for a in css(driver, "nav.metrics a") if a.get_attribute("data-metric") == metric]
+    assert len(links) == 1, [a.get_attribute("data-metric") for a in css(driver, "nav.metrics a")]
     links[0].click()
     assert wait_for(lambda: any(a.get_attribute("data-metric") == metric
-                                for a in _css(driver, "nav.metrics a.current")))
+                                for a in css(driver, "nav.metrics a.current")))
 
 
 def _loaded(driver: Any) -> bool:
     return all(driver.execute_script(
         "return arguments[0].complete && arguments[0].naturalWidth > 0", img)
-        for img in _css(driver, "img.set-plot"))
+        for img in css(driver, "img.set-plot"))
 
 
 def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
@@ -91,18 +86,18 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
     env, spec, names = _grow(tmp_path)
     viewer = start_viewer(env, str(spec))
     try:
-        _open(browser, viewer, "/")
-        (entry,) = _css(browser, "ul.sets li.set")
+        open_page(browser, viewer, "/")
+        (entry,) = css(browser, "ul.sets li.set")
         assert entry.text == "set trial: 4 members in 2 cells, 2 orphaned"
         marked = [row.find_elements("css selector", "td")[0].text
-                  for row in _css(browser, "table.fleet tr.lineage")]
+                  for row in css(browser, "table.fleet tr.lineage")]
         assert [text for text in marked if text.endswith(" orphaned")] == [
             f"{names[0][2]} orphaned", f"{names[1][2]} orphaned"]
         entry.find_element("css selector", "a").click()
-        assert wait_for(lambda: _css(browser, "h1") and _css(browser, "h1")[0].text
+        assert wait_for(lambda: css(browser, "h1") and css(browser, "h1")[0].text
                         == "Set trial: 4 members in 2 cells, 2 orphaned")
         assert wait_for(lambda: _loaded(browser))
-        assert [a.get_attribute("data-metric") for a in _css(browser, "nav.metrics a")] == [
+        assert [a.get_attribute("data-metric") for a in css(browser, "nav.metrics a")] == [
             "size", "spend", "survival", "probe.score.ok", "probe.score.value"]
         _choose(browser, "survival")  # cell 0: 3/3 and 2/3 survived; cell 1: 3/3, 2/3
         cells = _cells(browser)
@@ -116,10 +111,10 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
         assert browser.save_screenshot(str(shot))
         save_artifact(shot, shot.name)
         orphans = [span.find_element("css selector", "a").text
-                   for span in _css(browser, "span.member.orphaned")]
+                   for span in css(browser, "span.member.orphaned")]
         assert orphans == [names[0][2], names[1][2]]
         assert wait_for(lambda: _loaded(browser))
-        src = _css(browser, "img.set-plot")[0].get_attribute("src")
+        src = css(browser, "img.set-plot")[0].get_attribute("src")
         browser.get(src)
         ids = browser.execute_script(
             "return Array.from(document.querySelectorAll('g[id]')).map(g => g.id)"
@@ -127,13 +122,13 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
         assert sorted(ids) == sorted([f"member-{i}" for i in range(6)]
                                      + ["cell-mean-0", "cell-mean-1",
                                         "cell-spread-0", "cell-spread-1"])
-        _open(browser, viewer, "/set/trial?metric=probe.score.value")
-        link = next(a for a in _css(browser, "td.members a") if a.text == names[1][1])
+        open_page(browser, viewer, "/set/trial?metric=probe.score.value")
+        link = next(a for a in css(browser, "td.members a") if a.text == names[1][1])
         link.click()
         assert wait_for(lambda: browser.current_url.endswith(f"/lineage/{names[1][1]}"))
-        _open(browser, viewer, "/set/trial?metric=probe.nothing.here")
+        open_page(browser, viewer, "/set/trial?metric=probe.nothing.here")
         assert "no such set here, or no such metric" in browser.page_source
-        _open(browser, viewer, "/set/nosuch")
+        open_page(browser, viewer, "/set/nosuch")
         assert "no such set here" in browser.page_source
     finally:
         stop_viewer(viewer)

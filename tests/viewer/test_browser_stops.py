@@ -15,20 +15,9 @@ import httpx
 import pytest
 
 from tests.apply.helpers import report, run_ouro, write_replies, write_spec
-from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
+from tests.viewer.browser import Viewer, css, open_page, start_viewer, stop_viewer, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
-
-
-def _css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _open(driver: Any, viewer: Viewer, path: str) -> None:
-    driver.get(viewer.page(path) + f"?token={viewer.token}")
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
 def _texts(driver: Any, selector: str) -> list[str]:
@@ -36,14 +25,14 @@ def _texts(driver: Any, selector: str) -> list[str]:
     from selenium.common.exceptions import WebDriverException
 
     try:
-        return [element.text for element in _css(driver, selector)]
+        return [element.text for element in css(driver, selector)]
     except WebDriverException:
         return []
 
 
 def _stop_cells(driver: Any) -> dict[str, str]:
     cells = {}
-    for row in _css(driver, "table.fleet tr.lineage"):
+    for row in css(driver, "table.fleet tr.lineage"):
         tds = row.find_elements("css selector", "td")
         cells[tds[0].text] = tds[8].text
     return cells
@@ -79,8 +68,8 @@ def test_stops_before_a_generation_are_shown_until_a_generation_runs(
     assert report(first)["lineages"][0]["generations_run"] == 1, first.stdout + first.stderr
     viewer = start_viewer(env, str(specs))
     try:
-        _open(browser, viewer, "/lineage/spent")  # gen 1, nothing stopped: kept in memory
-        assert not _css(browser, "p.stopped")
+        open_page(browser, viewer, "/lineage/spent")  # gen 1, nothing stopped: kept in memory
+        assert not css(browser, "p.stopped")
         before = _heads(viewer)
         spent = run_ouro("apply", "--yes", "--json", str(specs / "spent.yaml"), env=env)
         assert spent.returncode == 1, spent.stdout + spent.stderr
@@ -98,22 +87,22 @@ def test_stops_before_a_generation_are_shown_until_a_generation_runs(
         assert offline.returncode == 1, offline.stdout + offline.stderr
         assert (report(offline)["lineages"][0]["generations_run"],
                 report(offline)["lineages"][0]["stopped"]) == (1, "provider-unavailable")
-        _open(browser, viewer, "/lineage/offline")
+        open_page(browser, viewer, "/lineage/offline")
         [shown] = _texts(browser, "p.stopped")
         assert shown.startswith("stopped before gen 2 (provider-unavailable): every model "
                                 "call of gen 1 failed (unreachable")
         assert "the provider still does not answer" in shown
-        _open(browser, viewer, "/")
+        open_page(browser, viewer, "/")
         assert _stop_cells(browser) == {"offline": "before gen 2: provider-unavailable",
                                         "spent": "before gen 2: replay-exhausted"}
         (replies / "0002").write_text('(message "another life")\n')  # a reply added
         grown = run_ouro("apply", "--yes", "--json", "--max-generations", "1",
                          str(specs / "spent.yaml"), env=env)
         assert report(grown)["lineages"][0]["generations_run"] == 1
-        _open(browser, viewer, "/lineage/spent")  # gen 2 ran: the stop before it is gone
-        assert _css(browser, "h1")[0].text == "spent: 2 of 3 generations"
-        assert not _css(browser, "p.stopped")
-        _open(browser, viewer, "/")
+        open_page(browser, viewer, "/lineage/spent")  # gen 2 ran: the stop before it is gone
+        assert css(browser, "h1")[0].text == "spent: 2 of 3 generations"
+        assert not css(browser, "p.stopped")
+        open_page(browser, viewer, "/")
         assert _stop_cells(browser)["spent"] == ""
     finally:
         stop_viewer(viewer)

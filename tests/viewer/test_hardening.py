@@ -23,7 +23,14 @@ from reconciler.kernel.base import formats
 from reconciler.viewer import guard, pages
 from reconciler.viewer.app import cookie_name
 from tests.observe.builder import LineageBuilder
-from tests.viewer.browser import Viewer, require_browser, start_viewer, stop_viewer, wait_for
+from tests.viewer.browser import (
+    Viewer,
+    open_page,
+    require_browser,
+    start_viewer,
+    stop_viewer,
+    wait_for,
+)
 
 FILES, FILE_BYTES = 1000, 100_000
 
@@ -32,12 +39,6 @@ def _env(state: Path) -> dict[str, str]:
     import os
 
     return {**os.environ, "OURO_STATE_DIR": str(state)}
-
-
-def _open(driver: Any, viewer: Viewer, path: str, token: bool = True) -> None:
-    separator = "&" if "?" in path else "?"
-    driver.get(viewer.page(path) + (f"{separator}token={viewer.token}" if token else ""))
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
 def _get(url: str, timeout: float = 30) -> tuple[int, bytes]:
@@ -75,9 +76,9 @@ def viewers(small_state: Path) -> Iterator[list[Viewer]]:
 def test_two_viewers_keep_their_own_httponly_strict_cookies(browser: Any,
                                                             viewers: list[Viewer]) -> None:
     first, second = viewers
-    _open(browser, first, "/")
-    _open(browser, second, "/")  # a second viewer on another port of 127.0.0.1
-    _open(browser, first, "/lineage/small", token=False)  # the cookie alone admits
+    open_page(browser, first, "/")
+    open_page(browser, second, "/")  # a second viewer on another port of 127.0.0.1
+    open_page(browser, first, "/lineage/small", token=False)  # the cookie alone admits
     assert "403" not in browser.page_source and "small" in browser.title, browser.page_source
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: no script reads it
     cookies = {cookie["name"]: cookie for cookie in browser.get_cookies()}
@@ -123,7 +124,7 @@ def test_a_generation_of_a_thousand_large_files_is_a_bounded_page(
         assert len(results) == 4 and all(0 < size < 4_000_000 for size in results), results
         print(f"pages {results} bytes, viewer peak RSS {_peak_rss(viewer) >> 20} MiB")
         assert _peak_rss(viewer) < 600 << 20  # was 1.3 GB for one request, 4 GB for four
-        _open(browser, viewer, "/lineage/huge/gen/2")
+        open_page(browser, viewer, "/lineage/huge/gen/2")
         note = browser.find_element("css selector", "p.files-more")
         shown = pages.VIEW_LIMITS.files
         assert f"{shown} of {FILES + 2} files listed" in note.text, note.text  # + organism, journal
@@ -171,7 +172,7 @@ def test_a_flood_of_idle_and_junk_connections_locks_nobody_out(
             flood.append(sock)
         assert len(flood) > 2 * guard.MAX_CONNECTIONS
         before = time.monotonic()
-        _open(browser, viewer, "/lineage/small")  # the token holder, during the flood
+        open_page(browser, viewer, "/lineage/small")  # the token holder, during the flood
         assert "small" in browser.title, browser.page_source
         assert time.monotonic() - before < 15
         status, _ = _get(f"{viewer.url}", timeout=15)
@@ -199,7 +200,7 @@ def test_an_absurd_value_is_plotted_clamped_and_flagged(browser: Any, tmp_path: 
             status, svg = _get(viewer.page(f"/plot/absurd/{metric}.svg?token={viewer.token}"))
             assert status == 200 and svg.startswith(b"<?xml"), svg[:200]
             assert b"absurd value" in svg and b"clamped" in svg
-        _open(browser, viewer, "/lineage/absurd")
+        open_page(browser, viewer, "/lineage/absurd")
         images = browser.find_elements("css selector", "img")
         drawn = {image.get_attribute("src").rsplit("/", 1)[1].split(".")[0]:
                  browser.execute_script("return arguments[0].naturalWidth", image)
