@@ -22,8 +22,8 @@ from reconciler.state.summaries import summarize
 from reconciler.viewer.pages import probe_plot_src
 from tests.apply.helpers import UNASKED, report, run_ouro, write_replies, write_spec
 from tests.observe.builder import lineage_paths
-from tests.viewer.browser import Viewer, start_viewer, stop_viewer, wait_for
-from tests.viewer.test_browser_fleet import _css, _loaded, _open, _svg_ids
+from tests.viewer.browser import Viewer, css, open_page, start_viewer, stop_viewer, wait_for
+from tests.viewer.test_browser_fleet import _loaded, _svg_ids
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 
@@ -91,49 +91,49 @@ def test_probe_metrics_are_plotted_with_deaths_failures_and_until_stops(
 
 
 def _lineage_page(browser: Any, viewer: Viewer) -> None:
-    _open(browser, viewer, "/lineage/counted")
-    until = _css(browser, "p.stopped.until")[0].text
+    open_page(browser, viewer, "/lineage/counted")
+    until = css(browser, "p.stopped.until")[0].text
     assert until.startswith("done after gen 7 (target-reached): gen 7 measured "
                             "shape.defuns = 4, at least 4"), until
-    plots = _css(browser, "img.probe-plot")
+    plots = css(browser, "img.probe-plot")
     assert [img.get_attribute("alt") for img in plots] == [
         "probe.shape.bytes", "probe.shape.defuns", "probe.shape.grown"]
     assert wait_for(lambda: _loaded(browser, plots))
-    assert [li.text for li in _css(browser, "ul.probe-failures li")] == [
+    assert [li.text for li in css(browser, "ul.probe-failures li")] == [
         "gen 6: probe shape failed: exit status 1"]
     for column in ("probe.shape.defuns", "probe.shape.grown"):
         path = probe_plot_src(column, "counted")
         assert _svg_ids(browser, viewer, path, "death-") == ["death-4"], column
         assert _svg_ids(browser, viewer, path, "probe-failure-") == ["probe-failure-6"]
         assert _svg_ids(browser, viewer, path, "probe-metric") == ["probe-metric"]
-    _open(browser, viewer, "/lineage/still")
-    assert _css(browser, "p.stopped.until")[0].text.startswith(
+    open_page(browser, viewer, "/lineage/still")
+    assert css(browser, "p.stopped.until")[0].text.startswith(
         "done after gen 3 (plateau): shape.defuns has had no new best in 2")
-    assert not _css(browser, "ul.probe-failures")
-    _open(browser, viewer, probe_plot_src("probe.shape.nothing", "still"))
+    assert not css(browser, "ul.probe-failures")
+    open_page(browser, viewer, probe_plot_src("probe.shape.nothing", "still"))
     assert "404" in browser.find_element("tag name", "body").text
 
 
 def _fleet_page(browser: Any, viewer: Viewer) -> None:
     from selenium.webdriver.support.ui import Select
 
-    _open(browser, viewer, "/")
+    open_page(browser, viewer, "/")
     stops = {row.find_elements("css selector", "td")[0].text:
              row.find_elements("css selector", "td.stop span.until")[0].text
-             for row in _css(browser, "table.fleet tr.lineage")}
+             for row in css(browser, "table.fleet tr.lineage")}
     assert stops == {"counted": "after gen 7: target-reached",
                      "still": "after gen 3: plateau"}
-    chooser = Select(_css(browser, "form.probe-metric select")[0])
+    chooser = Select(css(browser, "form.probe-metric select")[0])
     assert [option.text for option in chooser.options] == [
         "probe.shape.bytes", "probe.shape.defuns", "probe.shape.grown"]
     assert chooser.first_selected_option.text == "probe.shape.bytes"
     chooser.select_by_visible_text("probe.shape.defuns")
-    _css(browser, "form.probe-metric button")[0].click()
+    css(browser, "form.probe-metric button")[0].click()
     assert wait_for(lambda: "metric=probe.shape.defuns" in browser.current_url)
-    [overlay] = _css(browser, "img.fleet-probe-plot")
+    [overlay] = css(browser, "img.fleet-probe-plot")
     assert overlay.get_attribute("src").endswith(probe_plot_src("probe.shape.defuns"))
     assert wait_for(lambda: _loaded(browser, [overlay]))
-    assert Select(_css(browser, "form.probe-metric select")[0]) \
+    assert Select(css(browser, "form.probe-metric select")[0]) \
         .first_selected_option.text == "probe.shape.defuns"
     assert _svg_ids(browser, viewer, probe_plot_src("probe.shape.defuns"),
                     "lineage-") == ["lineage-0", "lineage-1"]
