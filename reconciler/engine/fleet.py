@@ -278,7 +278,11 @@ class Fleet:
                          orphans=orphans, forks=forks)
 
     def observe_all(self, specs: Sequence[LoadedSpec]) -> dict[str, Observed]:
-        return {spec.name: self.observe(spec) for spec in specs}
+        """Every spec's lineage, observed in one pass (the caches' seal read once)."""
+        from reconciler.state.cachefile import one_seal
+
+        with one_seal(self.cache_dir()):
+            return {spec.name: self.observe(spec) for spec in specs}
 
     def plan_paths(self, paths: Sequence[Path], select: Sequence[str] | None = ()
                    ) -> tuple[Plan, list[LoadedSpec]]:
@@ -300,6 +304,7 @@ class Fleet:
         orphans, as plan shows them: ``reconciler.engine.sets``), or every lineage in the
         state dir; and what a controller of the state dir last wrote (None: none)."""
         from reconciler.engine.sets import grouped
+        from reconciler.state.cachefile import one_seal
         from reconciler.state.fleet import fleet, summary_cache_dir
         from reconciler.state.observe import observe
         from reconciler.state.status import read_status
@@ -320,14 +325,15 @@ class Fleet:
         cache = summary_cache_dir(self.given_state_dir)
         self.store  # noqa: B018  (refused here, once, if others can write it)
         lines = []
-        for named in found:
-            observed = observe(named.paths, cache)
-            lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
-                                    paths=named.paths, labels=named.labels,
-                                    running=observed.running,
-                                    kernel=self.kernel_of(named.name, observed),
-                                    until=_until(named, observed), member=named.member,
-                                    conditions=known.get(named.name)))
+        with one_seal(cache):
+            for named in found:
+                observed = observe(named.paths, cache)
+                lines.append(StatusLine(named.name, read_status(named.paths, observed, cache),
+                                        paths=named.paths, labels=named.labels,
+                                        running=observed.running,
+                                        kernel=self.kernel_of(named.name, observed),
+                                        until=_until(named, observed), member=named.member,
+                                        conditions=known.get(named.name)))
         return lines, controller
 
     def kernel_of(self, name: str, observed: Observed) -> KernelChoice | None:

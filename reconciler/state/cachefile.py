@@ -16,24 +16,30 @@ nothing but a regular file replaced) in a folder made 0700, and simply not writt
 it cannot be: a cache that is missing costs a rebuild, never a failure. A state dir or
 cache folder others can write, or a key file that is not a private regular file, is
 refused (``PathRefused``) naming the fix.
+
+A command that reads a whole fleet's caches in one pass reads the seal once for it
+(``one_seal``): the folders are checked and the key read when the pass begins, not once
+per lineage (ten system calls each, a tenth of a 1,000-lineage plan's own reading).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import hmac
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from reconciler.errors import PathRefused
 from reconciler.ownfiles import check_private, open_regular, private_folder, write_atomic
 
-__all__ = ["KEY_FILE", "MAC_FIELD", "CacheSeal", "cache_seal", "canonical", "write_cache"]
+__all__ = ["KEY_FILE", "MAC_FIELD", "CacheSeal", "cache_seal", "canonical", "one_seal",
+           "write_cache"]
 
 KEY_FILE = ".cache-key"
 KEY_BYTES = 32
@@ -97,10 +103,42 @@ def _make_key(state: Path) -> None:
         temp.unlink(missing_ok=True)
 
 
+# The seal ``one_seal`` holds for the pass under way: its cache folder and the seal (None
+# while the state dir has no key yet).
+_HELD: contextvars.ContextVar[tuple[Path, CacheSeal | None] | None] = contextvars.ContextVar(
+    "ouro_cache_seal", default=None)
+
+
+@contextlib.contextmanager
+def one_seal(cache_dir: Path | None) -> Iterator[None]:
+    """Within the block, ``cache_seal(cache_dir)`` checks the folders and reads the key
+    once (a key made inside the block is kept too); other folders are read as ever."""
+    if cache_dir is None:
+        yield
+        return
+    token = _HELD.set((cache_dir, _read_seal(cache_dir, create=False)))
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+
+
 def cache_seal(cache_dir: Path, *, create: bool) -> CacheSeal | None:
     """The seal of the caches in ``cache_dir`` (keyed by its parent, the state dir's,
     secret); None when there is no key yet and ``create`` is false, or when one cannot be
-    made. Refuses (``PathRefused``) a shared state dir or cache folder, or a bad key."""
+    made. Refuses (``PathRefused``) a shared state dir or cache folder, or a bad key.
+    Inside ``one_seal(cache_dir)``, the one it read."""
+    held = _HELD.get()
+    if held is None or held[0] != cache_dir:
+        return _read_seal(cache_dir, create=create)
+    if held[1] is None and create:
+        found = _read_seal(cache_dir, create=True)
+        _HELD.set((cache_dir, found))
+        return found
+    return held[1]
+
+
+def _read_seal(cache_dir: Path, *, create: bool) -> CacheSeal | None:
     state = cache_dir.parent
     check_private(state, "the state dir")
     check_private(cache_dir, "the cache folder")

@@ -14,6 +14,11 @@ head's tree id and listing the record keeps, ``worktree.clean_as_listed``, and t
 libgit2 when that cannot prove it clean). Records are sealed with the state dir's MAC
 (``state.cachefile``): one anyone else wrote, one that does not check, or one of an
 older schema is ignored (observe reads the lineage and writes it again).
+
+The newest observation's ``constraints`` (the manifest of the physics and ceilings, most
+of a record's bytes, alike across a fleet's lineages of one ceilings and model) are kept
+as their JSON text and parsed once per distinct text in a process (``_constraints``):
+every lineage recalled with them shares one read-only dict.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from reconciler.state.worktree import tree_listing
 
 __all__ = ["Heads", "Recalled", "heads", "recall", "recorded", "remember"]
 
-SCHEMA = "ouro-observed/v2"  # v2: the config stamps, the head tree and its listing
+SCHEMA = "ouro-observed/v3"  # v2: the config stamps, the head tree and its listing;
+#                               v3: the newest observation's constraints as JSON text
 _MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
 _HEADER_BYTES = 64 << 10  # its header line is shorter than this
 
@@ -98,8 +104,47 @@ def cacheable(observed: Observed) -> bool:
                                            "observation": observed.paths.observation_branch})
 
 
+_CONSTRAINTS = "constraints"
+_PARSED: dict[str, Any] = {}  # constraints JSON text -> its value (shared, read only)
+_PARSED_MAX = 64
+
+
+def _split_constraints(observation: dict[str, Any] | None
+                       ) -> tuple[dict[str, Any] | None, str | None]:
+    """The observation with its constraints left as a null in their place, and their JSON
+    text; the observation as it is and None when its constraints are not an object."""
+    if observation is None or not isinstance(observation.get(_CONSTRAINTS), dict):
+        return observation, None
+    text = json.dumps(observation[_CONSTRAINTS], separators=(",", ":"), ensure_ascii=True)
+    return {**observation, _CONSTRAINTS: None}, text
+
+
+def _constraints(text: str) -> Any:
+    """The value of a constraints text, parsed once per distinct text (``ValueError``)."""
+    found = _PARSED.get(text)
+    if found is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        found = _PARSED[text] = json.loads(text)
+    return found
+
+
+def _joined_constraints(observation: Any, text: Any) -> dict[str, Any] | None:
+    """``_split_constraints`` undone (``ValueError`` for a body that is not its output)."""
+    if text is None:
+        if observation is not None and not isinstance(observation, dict):
+            raise ValueError("the newest observation is not an object")
+        return observation
+    if not (isinstance(text, str) and isinstance(observation, dict)
+            and observation.get(_CONSTRAINTS, 0) is None):
+        raise ValueError("the constraints text has no place")
+    observation[_CONSTRAINTS] = _constraints(text)  # (in its place: a fresh parse's dict)
+    return observation
+
+
 def _body(observed: Observed) -> dict[str, Any]:
     last = observed.last_generation
+    observation, constraints = _split_constraints(observed.last_observation)
     return {
         "root_commit": observed.root_commit, "lineage_metadata": observed.lineage_metadata,
         "observation_metadata": observed.observation_metadata,
@@ -107,7 +152,7 @@ def _body(observed: Observed) -> dict[str, Any]:
         "head_branch": observed.head_branch, "generations": observed.generations,
         "last_generation": [last.number, last.status, last.commit] if last else None,
         "observed_generations": observed.observed_generations,
-        "last_observation": observed.last_observation,
+        "last_observation": observation, "last_constraints": constraints,
         "probe_coverage": {digest: sorted(numbers)
                            for digest, numbers in observed.probe_coverage.items()},
         "probe_metrics": {digest: [[number, value] for number, value in sorted(found.items())]
@@ -199,7 +244,9 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Recalle
             last_generation=GenerationCommit(int(last[0]), last[1], str(last[2]))
             if last is not None else None,
             observed_generations=int(body["observed_generations"]),
-            last_observation=body["last_observation"], dirty=False, dirty_paths=(),
+            last_observation=_joined_constraints(body["last_observation"],
+                                                 body["last_constraints"]),
+            dirty=False, dirty_paths=(),
             interrupted=None, problems=(), full_walk=False,
             branches_read={"lineage": paths.branch, "observation": paths.observation_branch},
             probe_coverage={digest: frozenset(int(n) for n in numbers)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from reconciler.state import cachefile
+from reconciler.state.cachefile import cache_seal, one_seal
 from reconciler.state.observe import observe
 from tests.observe.builder import LineageBuilder
 from tests.observe.spies import no_reading
@@ -99,3 +103,103 @@ def test_no_state_dir_is_made_for_a_record(tmp_path: Path) -> None:
     builder = _in_sync(tmp_path)
     observe(builder.paths, tmp_path / "nowhere" / ".summaries")
     assert not (tmp_path / "nowhere").exists()
+
+
+def _resealed(record: Path, cache: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite ``record``'s body through ``edit`` and seal it again with the state dir's own
+    key: a record only ouro could have written (what a bug, not a forger, would make)."""
+    header, body = record.read_bytes().split(b"\n", 1)
+    fields, document = json.loads(header), json.loads(body)
+    edit(document)
+    data = json.dumps(document).encode()
+    fields["body_sha256"] = hashlib.sha256(data).hexdigest()
+    seal = cache_seal(cache, create=False)
+    assert seal is not None
+    record.write_bytes(json.dumps(seal.sealed(fields)).encode() + b"\n" + data)
+
+
+def test_the_constraints_come_back_whole_and_in_place(tmp_path: Path, cache: Path) -> None:
+    builder = _in_sync(tmp_path)
+    fresh = observe(builder.paths, cache)
+    assert fresh.last_observation and isinstance(fresh.last_observation["constraints"], dict)
+    (record,) = cache.glob("*.observed.json")
+    body = json.loads(record.read_bytes().split(b"\n", 1)[1])
+    assert body["last_observation"]["constraints"] is None  # kept as text beside it
+    assert json.loads(body["last_constraints"]) == fresh.last_observation["constraints"]
+    recalled = observe(builder.paths, cache).last_observation
+    assert recalled == fresh.last_observation
+    assert list(recalled) == list(fresh.last_observation)  # the same keys in the same order
+    assert json.dumps(recalled) == json.dumps(fresh.last_observation)
+
+
+def test_lineages_of_one_manifest_share_its_parsed_constraints(
+        tmp_path: Path, cache: Path) -> None:
+    first, second = (_in_sync(tmp_path / name) for name in ("one", "two"))
+    for builder in (first, second):
+        observe(builder.paths, cache)
+    one, two = (observe(builder.paths, cache).last_observation for builder in (first, second))
+    assert one is not None and two is not None and one is not two
+    assert one["constraints"] is two["constraints"]  # parsed once for the process
+
+
+@pytest.mark.parametrize("damage", ["no-place", "not-text", "not-json", "observation-list"])
+def test_a_record_whose_constraints_do_not_fit_is_not_believed(
+        tmp_path: Path, cache: Path, damage: str) -> None:
+    builder = _in_sync(tmp_path)
+    fresh = observe(builder.paths, cache)
+    (record,) = cache.glob("*.observed.json")
+
+    def edit(body: dict[str, Any]) -> None:
+        if damage == "no-place":  # the text, and no null where it goes
+            del body["last_observation"]["constraints"]
+        elif damage == "not-text":
+            body["last_constraints"] = {"generation": {}}
+        elif damage == "not-json":
+            body["last_constraints"] = "{not json"
+        else:
+            body["last_observation"] = [body["last_observation"]]
+
+    _resealed(record, cache, edit)
+    seen = observe(builder.paths, cache)  # read in full again, and kept again
+    assert seen == fresh and seen.last_observation == fresh.last_observation
+    body = json.loads(record.read_bytes().split(b"\n", 1)[1])
+    assert body["last_observation"]["constraints"] is None
+    assert json.loads(body["last_constraints"]) == fresh.last_observation["constraints"]
+
+
+def test_one_pass_reads_the_seal_once(tmp_path: Path, cache: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    builders = [_in_sync(tmp_path / f"l{index}") for index in range(3)]
+    reads: list[Path] = []  # the key read (a key not there yet is no read)
+    real = cachefile._read_key
+
+    def read_key(path: Path) -> bytes:
+        key = real(path)
+        reads.append(path)
+        return key
+
+    monkeypatch.setattr(cachefile, "_read_key", read_key)
+    with one_seal(cache):  # no key yet: the first record makes it, and it is kept
+        first = [observe(builder.paths, cache) for builder in builders]
+    assert len(reads) == 1 and len(list(cache.glob("*.observed.json"))) == 3
+    reads.clear()
+    with one_seal(cache):
+        assert [observe(builder.paths, cache) for builder in builders] == first
+    assert len(reads) == 1
+    reads.clear()
+    assert [observe(builder.paths, cache) for builder in builders] == first
+    assert len(reads) == 3  # outside a pass: read each time
+
+
+def test_a_pass_over_another_folder_leaves_this_one_alone(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builder = _in_sync(tmp_path)
+    other = tmp_path / "other" / ".summaries"
+    other.parent.mkdir(mode=0o700)
+    assert cache_seal(other, create=True) is not None  # another state dir, its own key
+    with one_seal(other):
+        read = observe(builder.paths, cache)  # kept under this state dir's key
+    assert (cache.parent / cachefile.KEY_FILE).read_bytes() != (
+        other.parent / cachefile.KEY_FILE).read_bytes()
+    no_reading(monkeypatch)
+    assert observe(builder.paths, cache) == read  # believed: sealed with its own key
