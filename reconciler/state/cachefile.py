@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import hmac
 import json
 import os
@@ -61,7 +60,7 @@ class CacheSeal:
     def mac(self, header: Mapping[str, Any]) -> str:
         """The MAC of a header (every field but the MAC itself)."""
         body = {name: value for name, value in header.items() if name != MAC_FIELD}
-        return hmac.new(self._key, canonical(body), hashlib.sha256).hexdigest()
+        return hmac.digest(self._key, canonical(body), "sha256").hex()  # (one call: C)
 
     def sealed(self, header: dict[str, Any]) -> dict[str, Any]:
         return {**header, MAC_FIELD: self.mac(header)}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -448,6 +449,8 @@ def _compare_with_history(
 
 
 def _read_marker(git_dir: Path) -> tuple[bool, dict[str, Any] | None]:
+    if not os.path.lexists(os.path.join(git_dir, INTENT_MARKER)):
+        return False, None  # (asked by name first: this runs for every lineage of a fleet)
     path = git_dir / INTENT_MARKER
     try:
         text = path.read_text(encoding="utf-8")
@@ -606,8 +609,8 @@ def _live(recalled: observed_cache.Recalled, opened: Lineage) -> Observed | None
     cached = recalled.observed
     paths = cached.paths
     try:
-        if not (_exists(paths.worktree) and _exists(paths.git_dir)
-                and _exists(paths.observations)) or os.path.islink(paths.worktree) \
+        if not (stat.S_ISDIR(os.lstat(paths.worktree).st_mode) and _exists(paths.git_dir)
+                and _exists(paths.observations)) \
                 or _read_marker(paths.git_dir)[0] or _any_ref_lock(paths):
             return None
         if recalled.tree is not None and recalled.listing is not None and clean_as_listed(
@@ -622,10 +625,13 @@ def _live(recalled: observed_cache.Recalled, opened: Lineage) -> Observed | None
             dirty, problem = worktree_dirty(paths, repo.raw, head)
     except READ_ERRORS:
         return None
+    holder = held_by(paths.git_dir)
+    if not dirty and problem is None and holder is None:
+        return cached  # (its live parts are what the record was made with)
     return replace(
         cached, dirty=bool(dirty), dirty_paths=dirty[:_MAX_DIRTY_LISTED],
         problems=(ReadProblem("partial-paths", problem),) if problem is not None else (),
-        held_by=held_by(paths.git_dir))
+        held_by=holder)
 
 
 def _observe(paths: LineagePaths, opened: Lineage) -> Observed:

@@ -15,10 +15,12 @@ libgit2 when that cannot prove it clean). Records are sealed with the state dir'
 (``state.cachefile``): one anyone else wrote, one that does not check, or one of an
 older schema is ignored (observe reads the lineage and writes it again).
 
-The newest observation's ``constraints`` (the manifest of the physics and ceilings, most
-of a record's bytes, alike across a fleet's lineages of one ceilings and model) are kept
-as their JSON text and parsed once per distinct text in a process (``_constraints``):
-every lineage recalled with them shares one read-only dict.
+A record is three lines: a small sealed header (schema, key, heads, the digest of the
+rest), checked before the rest is parsed at all; the body; and the newest observation's
+``constraints`` (the manifest of the physics and ceilings: most of a record's bytes,
+alike across a fleet's lineages of one ceilings and model) as their JSON text, parsed
+once per distinct text in a process (``_constraints``): every lineage recalled with them
+shares one read-only dict.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from reconciler.state.worktree import tree_listing
 __all__ = ["Heads", "Recalled", "heads", "recall", "recorded", "remember"]
 
 SCHEMA = "ouro-observed/v3"  # v2: the config stamps, the head tree and its listing;
-#                               v3: the newest observation's constraints as JSON text
+#                               v3: the newest observation's constraints on a line of their own
 _MAX_BYTES = 4 << 20  # a record past this is not read (probe metrics can grow)
 _HEADER_BYTES = 64 << 10  # its header line is shorter than this
 
@@ -91,8 +93,8 @@ class Recalled:
     listing: str | None
 
 
-def _file(cache_dir: Path, paths: LineagePaths) -> Path:
-    return cache_dir / f"{(paths.name or 'lineage')[:40]}-{cache_key(paths)}.observed.json"
+def _file(cache_dir: Path, paths: LineagePaths, key: str) -> str:
+    return os.path.join(cache_dir, f"{(paths.name or 'lineage')[:40]}-{key}.observed.json")
 
 
 def cacheable(observed: Observed) -> bool:
@@ -105,21 +107,21 @@ def cacheable(observed: Observed) -> bool:
 
 
 _CONSTRAINTS = "constraints"
-_PARSED: dict[str, Any] = {}  # constraints JSON text -> its value (shared, read only)
+_PARSED: dict[bytes, Any] = {}  # constraints JSON text -> its value (shared, read only)
 _PARSED_MAX = 64
 
 
 def _split_constraints(observation: dict[str, Any] | None
-                       ) -> tuple[dict[str, Any] | None, str | None]:
+                       ) -> tuple[dict[str, Any] | None, bytes]:
     """The observation with its constraints left as a null in their place, and their JSON
-    text; the observation as it is and None when its constraints are not an object."""
+    text; the observation as it is and no text when its constraints are not an object."""
     if observation is None or not isinstance(observation.get(_CONSTRAINTS), dict):
-        return observation, None
+        return observation, b""
     text = json.dumps(observation[_CONSTRAINTS], separators=(",", ":"), ensure_ascii=True)
-    return {**observation, _CONSTRAINTS: None}, text
+    return {**observation, _CONSTRAINTS: None}, text.encode("ascii")
 
 
-def _constraints(text: str) -> Any:
+def _constraints(text: bytes) -> Any:
     """The value of a constraints text, parsed once per distinct text (``ValueError``)."""
     found = _PARSED.get(text)
     if found is None:
@@ -129,22 +131,21 @@ def _constraints(text: str) -> Any:
     return found
 
 
-def _joined_constraints(observation: Any, text: Any) -> dict[str, Any] | None:
-    """``_split_constraints`` undone (``ValueError`` for a body that is not its output)."""
-    if text is None:
+def _joined_constraints(observation: Any, text: bytes) -> dict[str, Any] | None:
+    """``_split_constraints`` undone (``ValueError`` for a record that is not its output)."""
+    if not text:
         if observation is not None and not isinstance(observation, dict):
             raise ValueError("the newest observation is not an object")
         return observation
-    if not (isinstance(text, str) and isinstance(observation, dict)
-            and observation.get(_CONSTRAINTS, 0) is None):
+    if not (isinstance(observation, dict) and observation.get(_CONSTRAINTS, 0) is None):
         raise ValueError("the constraints text has no place")
     observation[_CONSTRAINTS] = _constraints(text)  # (in its place: a fresh parse's dict)
     return observation
 
 
-def _body(observed: Observed) -> dict[str, Any]:
+def _body(observed: Observed, observation: dict[str, Any] | None) -> dict[str, Any]:
+    """The record's body (``observation``: the newest, its constraints split off)."""
     last = observed.last_generation
-    observation, constraints = _split_constraints(observed.last_observation)
     return {
         "root_commit": observed.root_commit, "lineage_metadata": observed.lineage_metadata,
         "observation_metadata": observed.observation_metadata,
@@ -152,16 +153,12 @@ def _body(observed: Observed) -> dict[str, Any]:
         "head_branch": observed.head_branch, "generations": observed.generations,
         "last_generation": [last.number, last.status, last.commit] if last else None,
         "observed_generations": observed.observed_generations,
-        "last_observation": observation, "last_constraints": constraints,
+        "last_observation": observation,
         "probe_coverage": {digest: sorted(numbers)
                            for digest, numbers in observed.probe_coverage.items()},
         "probe_metrics": {digest: [[number, value] for number, value in sorted(found.items())]
                           for digest, found in observed.probe_metrics.items()},
     }
-
-
-# The file is two lines: a small sealed header (schema, key, heads, the body's digest),
-# checked before the body is read at all, then the body.
 
 
 def _head_tree(observed: Observed, opened: Lineage | None) -> tuple[str | None, str | None]:
@@ -190,37 +187,44 @@ def remember(cache_dir: Path | None, observed: Observed, found: Heads,
         return
     tree, listing = _head_tree(observed, opened)
     try:
-        body = json.dumps({**_body(observed), "lineage_tree": tree, "lineage_listing": listing},
+        observation, constraints = _split_constraints(observed.last_observation)
+        body = json.dumps({**_body(observed, observation), "lineage_tree": tree,
+                           "lineage_listing": listing},
                           separators=(",", ":"), ensure_ascii=True).encode("ascii")
     except (TypeError, ValueError):  # a record that is not JSON: not kept
         return
-    header = seal.sealed({"schema": SCHEMA, "key": cache_key(observed.paths),
-                          "heads": _fields(found), "body_sha256": hashlib.sha256(body).hexdigest()})
-    write_cache(_file(cache_dir, observed.paths),
-                json.dumps(header, separators=(",", ":")).encode("ascii") + b"\n" + body)
+    rest = body + b"\n" + constraints  # (compact JSON in ASCII holds no newline)
+    key = cache_key(observed.paths)
+    header = seal.sealed({"schema": SCHEMA, "key": key, "heads": _fields(found),
+                          "body_sha256": hashlib.sha256(rest).hexdigest()})
+    write_cache(Path(_file(cache_dir, observed.paths, key)),
+                json.dumps(header, separators=(",", ":")).encode("ascii") + b"\n" + rest)
 
 
 def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
-          found: Heads) -> dict[str, Any] | None:
+          found: Heads) -> tuple[dict[str, Any], bytes] | None:
+    """The body of the record believed at ``found`` and its constraints text, or None."""
     try:
-        fd = os.open(_file(cache_dir, paths), os.O_RDONLY | os.O_CLOEXEC)
+        key = cache_key(paths)
+        fd = os.open(_file(cache_dir, paths, key), os.O_RDONLY | os.O_CLOEXEC)
         try:  # read whole at once (a read of _MAX_BYTES would allocate that much)
             size = os.fstat(fd).st_size
             if size > _HEADER_BYTES + _MAX_BYTES:
                 return None
-            line, _, data = os.read(fd, size + 1).partition(b"\n")
+            line, _, rest = os.read(fd, size + 1).partition(b"\n")
         finally:
             os.close(fd)
         header = json.loads(line) if len(line) < _HEADER_BYTES else None
         if not isinstance(header, dict) or header.get("heads") != _fields(found) or (
-                header.get("schema") != SCHEMA or header.get("key") != cache_key(paths)
+                header.get("schema") != SCHEMA or header.get("key") != key
                 or not seal.opens(header)):
             return None
-        if len(data) > _MAX_BYTES or hashlib.sha256(data).hexdigest() != header.get(
+        if len(rest) > _MAX_BYTES or hashlib.sha256(rest).hexdigest() != header.get(
                 "body_sha256"):
             return None
+        data, _, constraints = rest.partition(b"\n")
         body = json.loads(data)
-        return body if isinstance(body, dict) else None
+        return (body, constraints) if isinstance(body, dict) else None
     except (OSError, ValueError, TypeError):
         return None
 
@@ -229,9 +233,10 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Recalle
     """The record of ``paths`` read at exactly ``found``, as an ``Observed`` whose live
     parts (dirtiness, holder) are still to be read; None when there is none to believe."""
     seal = None if cache_dir is None else cache_seal(cache_dir, create=False)
-    body = _load(cache_dir, paths, seal, found) if cache_dir is not None and seal else None
-    if body is None:
+    loaded = _load(cache_dir, paths, seal, found) if cache_dir is not None and seal else None
+    if loaded is None:
         return None
+    body, constraints = loaded
     try:
         last = body["last_generation"]
         observed = Observed(
@@ -244,8 +249,7 @@ def recall(cache_dir: Path | None, paths: LineagePaths, found: Heads) -> Recalle
             last_generation=GenerationCommit(int(last[0]), last[1], str(last[2]))
             if last is not None else None,
             observed_generations=int(body["observed_generations"]),
-            last_observation=_joined_constraints(body["last_observation"],
-                                                 body["last_constraints"]),
+            last_observation=_joined_constraints(body["last_observation"], constraints),
             dirty=False, dirty_paths=(),
             interrupted=None, problems=(), full_walk=False,
             branches_read={"lineage": paths.branch, "observation": paths.observation_branch},

@@ -105,13 +105,15 @@ def test_no_state_dir_is_made_for_a_record(tmp_path: Path) -> None:
     assert not (tmp_path / "nowhere").exists()
 
 
-def _resealed(record: Path, cache: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrite ``record``'s body through ``edit`` and seal it again with the state dir's own
-    key: a record only ouro could have written (what a bug, not a forger, would make)."""
-    header, body = record.read_bytes().split(b"\n", 1)
+def _resealed(record: Path, cache: Path,
+              edit: Callable[[dict[str, Any], bytes], bytes]) -> None:
+    """Rewrite ``record``'s body and constraints through ``edit`` and seal it again with the
+    state dir's own key: a record only ouro could have written (what a bug, not a forger,
+    would make)."""
+    header, body, constraints = record.read_bytes().split(b"\n")
     fields, document = json.loads(header), json.loads(body)
-    edit(document)
-    data = json.dumps(document).encode()
+    constraints = edit(document, constraints)
+    data = json.dumps(document).encode() + b"\n" + constraints
     fields["body_sha256"] = hashlib.sha256(data).hexdigest()
     seal = cache_seal(cache, create=False)
     assert seal is not None
@@ -123,9 +125,9 @@ def test_the_constraints_come_back_whole_and_in_place(tmp_path: Path, cache: Pat
     fresh = observe(builder.paths, cache)
     assert fresh.last_observation and isinstance(fresh.last_observation["constraints"], dict)
     (record,) = cache.glob("*.observed.json")
-    body = json.loads(record.read_bytes().split(b"\n", 1)[1])
-    assert body["last_observation"]["constraints"] is None  # kept as text beside it
-    assert json.loads(body["last_constraints"]) == fresh.last_observation["constraints"]
+    _, body, constraints = record.read_bytes().split(b"\n")
+    assert json.loads(body)["last_observation"]["constraints"] is None  # on a line of their own
+    assert json.loads(constraints) == fresh.last_observation["constraints"]
     recalled = observe(builder.paths, cache).last_observation
     assert recalled == fresh.last_observation
     assert list(recalled) == list(fresh.last_observation)  # the same keys in the same order
@@ -142,29 +144,31 @@ def test_lineages_of_one_manifest_share_its_parsed_constraints(
     assert one["constraints"] is two["constraints"]  # parsed once for the process
 
 
-@pytest.mark.parametrize("damage", ["no-place", "not-text", "not-json", "observation-list"])
+@pytest.mark.parametrize("damage", ["no-place", "not-json", "observation-list",
+                                    "a-fourth-line"])
 def test_a_record_whose_constraints_do_not_fit_is_not_believed(
         tmp_path: Path, cache: Path, damage: str) -> None:
     builder = _in_sync(tmp_path)
     fresh = observe(builder.paths, cache)
     (record,) = cache.glob("*.observed.json")
 
-    def edit(body: dict[str, Any]) -> None:
+    def edit(body: dict[str, Any], constraints: bytes) -> bytes:
         if damage == "no-place":  # the text, and no null where it goes
             del body["last_observation"]["constraints"]
-        elif damage == "not-text":
-            body["last_constraints"] = {"generation": {}}
         elif damage == "not-json":
-            body["last_constraints"] = "{not json"
-        else:
+            return b"{not json"
+        elif damage == "observation-list":
             body["last_observation"] = [body["last_observation"]]
+        else:
+            return constraints + b"\n{}"
+        return constraints
 
     _resealed(record, cache, edit)
     seen = observe(builder.paths, cache)  # read in full again, and kept again
     assert seen == fresh and seen.last_observation == fresh.last_observation
-    body = json.loads(record.read_bytes().split(b"\n", 1)[1])
-    assert body["last_observation"]["constraints"] is None
-    assert json.loads(body["last_constraints"]) == fresh.last_observation["constraints"]
+    _, body, constraints = record.read_bytes().split(b"\n")
+    assert json.loads(body)["last_observation"]["constraints"] is None
+    assert json.loads(constraints) == fresh.last_observation["constraints"]
 
 
 def test_one_pass_reads_the_seal_once(tmp_path: Path, cache: Path,
