@@ -593,10 +593,9 @@ def observe_spec(spec: DeclaredSpec, cache_dir: Path | None = None
 def _any_ref_lock(paths: LineagePaths) -> bool:
     """Is any of ``ref_locks``' files there? Asked by name first (string paths: this runs
     for every lineage of a fleet), and ``ref_locks`` itself only when one may be."""
-    for git_dir, branch in ((os.fspath(paths.git_dir), paths.branch),
-                            (os.path.join(paths.observations, ".git"),
-                             paths.observation_branch)):
-        if os.path.lexists(os.path.join(git_dir, "refs", "heads", f"{branch}.lock")):
+    for git_dir, branch in ((paths.git_dir, paths.branch),
+                            (f"{paths.observations}/.git", paths.observation_branch)):
+        if os.path.lexists(f"{git_dir}/refs/heads/{branch}.lock"):
             return bool(ref_locks(paths))
     return False
 

@@ -99,6 +99,7 @@ _PLAIN_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _REF_BYTES = 4096
 
 
+@functools.lru_cache(maxsize=4096)
 def _plain_branch(name: str) -> bool:
     """A branch name whose ref file is ``refs/heads/<name>`` beyond doubt (git's and
     libgit2's rules could refuse or read anything else otherwise)."""
@@ -139,12 +140,13 @@ def refs_from_files(git_dir: str, branches: tuple[str, ...]
     HEAD that is a plain symbolic ref or a commit id, plain branch names whose ref files
     hold a commit id, and no ``packed-refs`` when a ref file is absent. A link is never
     followed to a ref (``O_NOFOLLOW``: libgit2 is asked instead)."""
+    # (paths joined by hand: os.path.join's checks cost more than the rest here, and
+    # ``git_dir`` is a string, the names plain)
     try:
-        if os.path.lexists(os.path.join(git_dir, "commondir")) or not (
-                os.path.isdir(os.path.join(git_dir, "objects"))
-                and os.path.isdir(os.path.join(git_dir, "refs"))):
+        if os.path.lexists(f"{git_dir}/commondir") or not (
+                os.path.isdir(f"{git_dir}/objects") and os.path.isdir(f"{git_dir}/refs")):
             return None
-        head = _small_file(os.path.join(git_dir, "HEAD"))
+        head = _small_file(f"{git_dir}/HEAD")
         if head is None:
             return None
         head_branch: str | None = None
@@ -158,9 +160,9 @@ def refs_from_files(git_dir: str, branches: tuple[str, ...]
         for branch in branches:
             if not _plain_branch(branch):
                 return None
-            data = _small_file(os.path.join(git_dir, "refs", "heads", branch))
+            data = _small_file(f"{git_dir}/refs/heads/{branch}")
             if data is None:
-                if os.path.lexists(os.path.join(git_dir, "packed-refs")):
+                if os.path.lexists(f"{git_dir}/packed-refs"):
                     return None
                 found.append(None)
                 continue
