@@ -38,7 +38,6 @@ from reconciler.kernel.base.config import (
 )
 from reconciler.kernel.base.refusals import ProblemCode
 from reconciler.kernel.transaction import leftovers
-from reconciler.kernel.transaction.publish import ref_locks
 from reconciler.kernel.transaction.recovery import marker_alive
 from reconciler.state import observed_cache
 from reconciler.state.branches import (
@@ -519,6 +518,8 @@ def _interrupted(
 
 def _damage(paths: LineagePaths, problems: _Problems) -> None:
     """What the kernel refuses to run through (``DamageError``), seen at plan time too."""
+    from reconciler.kernel.transaction.publish import ref_locks  # (and tenacity: 10 ms)
+
     if os.path.islink(paths.worktree):
         problems.add(
             "damaged",
@@ -596,6 +597,8 @@ def _any_ref_lock(paths: LineagePaths) -> bool:
     for git_dir, branch in ((paths.git_dir, paths.branch),
                             (f"{paths.observations}/.git", paths.observation_branch)):
         if os.path.lexists(f"{git_dir}/refs/heads/{branch}.lock"):
+            from reconciler.kernel.transaction.publish import ref_locks
+
             return bool(ref_locks(paths))
     return False
 
