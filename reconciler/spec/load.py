@@ -1004,6 +1004,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
     documents: list[_Document] = []
     if not paths:
         raise SpecError([_problem("-", 1, 1, "", "no spec file or folder given")])
+    places.ask_python_paths()  # (answered while the specs are parsed: _check_places)
     sources = _collect(paths, problems)
     for source in sources:
         text = _read_text(source, problems)

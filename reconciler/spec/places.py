@@ -38,6 +38,7 @@ __all__ = [
     "MAX_REPLY_BYTES",
     "SYSTEM_FOLDERS",
     "Folders",
+    "ask_python_paths",
     "lineage_place_at",
     "python_path_folders",
     "replay_problem",
@@ -124,11 +125,37 @@ def system_problem(place: Path, real: Path | None = None) -> str | None:
     return None
 
 
+_ASKED: dict[str, subprocess.Popen[bytes] | None] = {}  # program -> asked, not yet read
+
+
+def ask_python_paths() -> None:
+    """Start asking each system ``python3`` its path (``python_path_folders`` reads the
+    answers): a load starts it first, so that the ~20 ms of another interpreter's start
+    pass while the specs are parsed. Once per process, as the answer is kept."""
+    if python_path_folders.cache_info().currsize:
+        return
+    for program in SYSTEM_PYTHONS:
+        if program not in _ASKED and os.path.exists(program):
+            try:
+                _ASKED[program] = subprocess.Popen(
+                    [program, "-c", _PYTHON_PATH_PROGRAM], stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            except OSError:
+                _ASKED[program] = None
+
+
 def _python_path(program: str) -> list[str]:
+    ask_python_paths()
+    asked = _ASKED.pop(program, None)
+    if asked is None:
+        return []
     try:
-        done = subprocess.run([program, "-c", _PYTHON_PATH_PROGRAM], capture_output=True,
-                              timeout=20, check=False, stdin=subprocess.DEVNULL)
-        found = json.loads(done.stdout or b"[]")
+        output, _ = asked.communicate(timeout=20)
+        found = json.loads(output or b"[]")
+    except subprocess.TimeoutExpired:
+        asked.kill()
+        asked.wait()
+        return []
     except (OSError, ValueError, subprocess.SubprocessError):
         return []
     return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
