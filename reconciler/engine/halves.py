@@ -39,12 +39,17 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _alone() -> bool:
+    """No other thread runs in this process (a fork copies only the calling thread)."""
+    return threading.active_count() == 1
+
+
 def map_halves(function: Callable[[T], R], items: Sequence[T], *,
                min_items: int = MIN_ITEMS) -> list[R]:
     """``[function(item) for item in items]``, the second half in a forked child when that
     pays (see the module rule)."""
-    if (len(items) < max(min_items, 2) or _cores() < 2 or threading.active_count() > 1
-            or not hasattr(os, "fork")):
+    if len(items) < max(min_items, 2) or _cores() < 2 or not _alone() or not hasattr(
+            os, "fork"):
         return [function(item) for item in items]
     half = len(items) // 2
     first, second = items[:half], items[half:]

@@ -17,40 +17,42 @@ import pytest
 from reconciler.engine import halves
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.halves import map_halves
+from tests.host import child_pids
 from tests.observe.builder import LineageBuilder
 
+Children = Callable[[], set[int]]
+
+
+@pytest.fixture
+def new_children() -> Children:
+    """The children this process has now and had not when the test began (other tests'
+    servers may still run in this worker)."""
+    before = child_pids()
+    return lambda: child_pids() - before
+
+
 PARENT = os.getpid()
+_ALONE = halves._alone
 
 
 @pytest.fixture(autouse=True)
-def _two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(halves, "_cores", lambda: 2)  # (whatever this host's allotment)
+def _two_cores_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cores, and no other thread (whatever this host's allotment, and whatever threads
+    other tests left in this worker: the children here only compute and exit)."""
+    monkeypatch.setattr(halves, "_cores", lambda: 2)
+    monkeypatch.setattr(halves, "_alone", lambda: True)
 
 
 def _where(item: int) -> tuple[int, int]:
     return item * item, os.getpid()
 
 
-def _children() -> set[int]:
-    """This process's children, from /proc (a child not reaped stays here as a zombie)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():
-                found.add(int(entry.name))
-    return found
-
-
-def test_the_second_half_runs_in_a_child_and_the_order_is_kept() -> None:
+def test_the_second_half_runs_in_a_child_and_the_order_is_kept(new_children: Children) -> None:
     found = map_halves(_where, list(range(100)), min_items=10)
     assert [value for value, _ in found] == [item * item for item in range(100)]
     pids = [pid for _, pid in found]
     assert set(pids[:50]) == {PARENT} and len(set(pids[50:])) == 1 and pids[50] != PARENT
-    assert not _children()
+    assert not new_children()
 
 
 @pytest.mark.parametrize("size", [0, 1, 9])
@@ -59,7 +61,9 @@ def test_a_small_map_is_not_split(size: int) -> None:
     assert found == [(item * item, PARENT) for item in range(size)]
 
 
-def test_with_another_thread_running_nothing_is_forked() -> None:
+def test_with_another_thread_running_nothing_is_forked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(halves, "_alone", _ALONE)  # the real question
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
@@ -99,10 +103,10 @@ def _exit_zero() -> object:
 @pytest.mark.parametrize("action", [_kill_self, _raise, _exit_zero],
                          ids=["killed", "raises", "exits"])
 def test_a_child_that_fails_has_its_half_mapped_here(
-        action: Callable[[], object]) -> None:
+        action: Callable[[], object], new_children: Children) -> None:
     found = map_halves(_in_child(action), list(range(20)), min_items=10)
     assert found == [(item * item, PARENT) for item in range(20)]
-    assert not _children()
+    assert not new_children()
 
 
 def test_results_that_do_not_pickle_are_mapped_here() -> None:
@@ -113,7 +117,8 @@ def test_results_that_do_not_pickle_are_mapped_here() -> None:
     assert found == list(range(20))
 
 
-def test_an_error_of_this_half_is_raised_and_the_child_killed_and_reaped() -> None:
+def test_an_error_of_this_half_is_raised_and_the_child_killed_and_reaped(
+        new_children: Children) -> None:
     started = os.getpid()
 
     def function(item: int) -> int:
@@ -126,10 +131,10 @@ def test_an_error_of_this_half_is_raised_and_the_child_killed_and_reaped() -> No
     began = time.monotonic()
     with pytest.raises(ValueError, match="item 3"):
         map_halves(function, list(range(20)), min_items=10)
-    assert time.monotonic() - began < 60 and not _children()
+    assert time.monotonic() - began < 60 and not new_children()
 
 
-def test_an_error_of_the_childs_half_is_raised_here_by_its_item() -> None:
+def test_an_error_of_the_childs_half_is_raised_here_by_its_item(new_children: Children) -> None:
     def function(item: int) -> int:
         if item == 15:
             raise KeyError(item)
@@ -137,7 +142,7 @@ def test_an_error_of_the_childs_half_is_raised_here_by_its_item() -> None:
 
     with pytest.raises(KeyError):
         map_halves(function, list(range(20)), min_items=10)
-    assert not _children()
+    assert not new_children()
 
 
 @pytest.fixture
@@ -157,7 +162,7 @@ def few_halves(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def test_a_fleet_observed_in_halves_is_observed_as_one_by_one(
-        tmp_path: Path, few_halves: list[int]) -> None:
+        tmp_path: Path, few_halves: list[int], new_children: Children) -> None:
     from reconciler.spec.load import load_specs
 
     state = tmp_path / "state"
@@ -180,17 +185,18 @@ def test_a_fleet_observed_in_halves_is_observed_as_one_by_one(
     assert together == {spec.name: fleet.observe(spec) for spec in loaded}
     assert [found.generations for found in together.values()] == [0, 1, 2, 0, 1, 2]
     assert few_halves[:3] == [PARENT] * 3 and PARENT not in few_halves[3:6]
-    assert not _children()
+    assert not new_children()
 
 
 @pytest.mark.parametrize(("answer", "code"), [([-1] * 10, 1), ([-1] * 9, 0), ([], 0)],
                          ids=["then-failed", "short", "empty"])
 def test_a_childs_answer_is_taken_only_whole_and_from_a_clean_exit(
-        monkeypatch: pytest.MonkeyPatch, answer: list[int], code: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, answer: list[int], code: int,
+        new_children: Children) -> None:
     def child(function: object, items: object, read_end: int, write_end: int) -> None:
         os.write(write_end, pickle.dumps(answer))
         os._exit(code)
 
     monkeypatch.setattr(halves, "_child", child)
     assert map_halves(lambda item: item, list(range(20)), min_items=10) == list(range(20))
-    assert not _children()
+    assert not new_children()

@@ -5,7 +5,7 @@ fails too, and once the answer is kept nothing more is asked."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,18 @@ import pytest
 from reconciler.errors import SpecError
 from reconciler.spec import places
 from reconciler.spec.load import load_specs
+from tests.host import child_pids
+
+Children = Callable[[], set[int]]
+
+
+@pytest.fixture
+def new_children() -> Children:
+    """The children this process has now and had not when the test began (other tests'
+    servers may still run in this worker)."""
+    before = child_pids()
+    return lambda: child_pids() - before
+
 
 SPEC = ("apiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: snake}\n"
         "spec:\n  generations: 1\n  model: {provider: echo}\n")
@@ -26,44 +38,34 @@ def _unasked() -> Iterator[None]:
     places.python_path_folders()  # (read whatever a test left asked)
 
 
-def _children() -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():
-                found.add(int(entry.name))
-    return found
-
-
-def test_the_answer_is_the_one_asked_first_and_every_asker_is_reaped() -> None:
+def test_the_answer_is_the_one_asked_first_and_every_asker_is_reaped(
+        new_children: Children) -> None:
     assert PYTHONS, "this host has no system python3 to ask"
     places.ask_python_paths()
     asked = {program: process.pid for program, process in places._ASKED.items()
              if process is not None}
-    assert set(asked) == set(PYTHONS) and set(asked.values()) <= _children()
+    assert set(asked) == set(PYTHONS) and set(asked.values()) <= new_children()
     found = places.python_path_folders()
-    assert not places._ASKED and not _children()
+    assert not places._ASKED and not new_children()
     places.python_path_folders.cache_clear()
     assert places.python_path_folders() == found  # asked afresh: the same folders
 
 
-def test_a_load_that_fails_reads_and_reaps_what_it_asked(tmp_path: Path) -> None:
+def test_a_load_that_fails_reads_and_reaps_what_it_asked(
+        tmp_path: Path, new_children: Children) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: [\n", encoding="utf-8")
     with pytest.raises(SpecError):
         load_specs([broken], state_dir=tmp_path / "state")
-    assert not places._ASKED and not _children()
+    assert not places._ASKED and not new_children()
     assert places.python_path_folders.cache_info().currsize == 1  # answered all the same
 
 
-def test_once_the_answer_is_kept_nothing_more_is_asked(tmp_path: Path) -> None:
+def test_once_the_answer_is_kept_nothing_more_is_asked(
+        tmp_path: Path, new_children: Children) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(SPEC, encoding="utf-8")
     load_specs([good], state_dir=tmp_path / "state")
     places.ask_python_paths()
     load_specs([good], state_dir=tmp_path / "state")
-    assert not places._ASKED and not _children()
+    assert not places._ASKED and not new_children()

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,10 +105,19 @@ def css(driver: Any, selector: str) -> list[Any]:
 
 def open_page(driver: Any, viewer: Viewer, path: str, token: bool = True) -> None:
     """Open ``path`` of the viewer (with its token unless ``token`` is false) and wait
-    until the page has loaded."""
+    until the page has loaded. The page left may reload itself when heads move (the
+    fleet's index does): a reload fired as this navigation starts can win the race and
+    leave the browser where it was, so the navigation is made again until it arrives."""
     separator = "&" if "?" in path else "?"
-    driver.get(viewer.page(path) + (f"{separator}token={viewer.token}" if token else ""))
-    assert wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
+    address = viewer.page(path) + (f"{separator}token={viewer.token}" if token else "")
+    wanted = urllib.parse.urlsplit(address).path
+    for _ in range(5):
+        driver.get(address)
+        assert wait_for(
+            lambda: driver.execute_script("return document.readyState") == "complete")
+        if urllib.parse.urlsplit(driver.current_url).path == wanted:
+            return
+    raise AssertionError(f"the browser stays at {driver.current_url}, not {address}")
 
 
 def save_artifact(source: Path, name: str) -> None:
