@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.host import Children, child_pids
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_COMMIT = "5" * 40
 
@@ -64,6 +66,14 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("OURO_INSTRUMENT_COMMIT", TEST_COMMIT)
     monkeypatch.setenv("OURO_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
+def new_children() -> Children:
+    """The children this process has now and had not when the test began (other tests'
+    servers may still run in this worker)."""
+    before = child_pids()
+    return lambda: child_pids() - before
 
 
 @pytest.fixture

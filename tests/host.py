@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
+
+Children = Callable[[], set[int]]  # the ``new_children`` fixture (tests/conftest.py)
 
 
 def require(condition: bool, reason: str) -> None:

@@ -17,19 +17,8 @@ import pytest
 from reconciler.engine import halves
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.halves import map_halves
-from tests.host import child_pids
+from tests.host import Children
 from tests.observe.builder import LineageBuilder
-
-Children = Callable[[], set[int]]
-
-
-@pytest.fixture
-def new_children() -> Children:
-    """The children this process has now and had not when the test began (other tests'
-    servers may still run in this worker)."""
-    before = child_pids()
-    return lambda: child_pids() - before
-
 
 PARENT = os.getpid()
 _ALONE = halves._alone

@@ -5,7 +5,7 @@ fails too, and once the answer is kept nothing more is asked."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,18 +13,7 @@ import pytest
 from reconciler.errors import SpecError
 from reconciler.spec import places
 from reconciler.spec.load import load_specs
-from tests.host import child_pids
-
-Children = Callable[[], set[int]]
-
-
-@pytest.fixture
-def new_children() -> Children:
-    """The children this process has now and had not when the test began (other tests'
-    servers may still run in this worker)."""
-    before = child_pids()
-    return lambda: child_pids() - before
-
+from tests.host import Children
 
 SPEC = ("apiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: snake}\n"
         "spec:\n  generations: 1\n  model: {provider: echo}\n")
