@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.host import Children, child_pids
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_COMMIT = "5" * 40
@@ -68,12 +66,27 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
 
+def _child_pids() -> set[int]:
+    """This process's children now, from /proc (one not reaped stays there as a zombie)."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"{entry.path}/stat", encoding="utf-8", errors="replace") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == os.getpid():
+                found.add(int(entry.name))
+    return found
+
+
 @pytest.fixture
-def new_children() -> Children:
+def new_children() -> Callable[[], set[int]]:
     """The children this process has now and had not when the test began (other tests'
-    servers may still run in this worker)."""
-    before = child_pids()
-    return lambda: child_pids() - before
+    servers may still run in this worker); ``tests.host.Children`` names its type."""
+    before = _child_pids()
+    return lambda: _child_pids() - before
 
 
 @pytest.fixture

@@ -19,17 +19,3 @@ def require(condition: bool, reason: str) -> None:
         pytest.fail(f"CI must provide this: {reason}")
     pytest.skip(reason)
 
-
-def child_pids() -> set[int]:
-    """This process's children now, from /proc (one not reaped stays there as a zombie)."""
-    found = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"{entry.path}/stat", encoding="utf-8", errors="replace") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == os.getpid():
-                found.add(int(entry.name))
-    return found
