@@ -7,11 +7,11 @@ about as much as observing forty in-sync lineages), this process may run on two 
 more, and no other thread runs here (a fork copies only the calling thread: a lock
 another thread held would stay held in the child). The child never returns into the
 caller's code: it maps its half, writes the pickled results to a pipe and leaves with
-``os._exit`` (nothing of the parent's is flushed or run at exit twice). Whatever becomes of
-the child (it raises, dies, is killed, or its results do not unpickle), this process maps
-that half itself: the answer is always the serial one, and an error is raised here, by the
-item that raises it. The child is always reaped, and killed first when the caller's half
-raised or was interrupted.
+``os._exit`` (nothing of the parent's is flushed or run at exit twice). Whatever becomes
+of the child (it raises, dies, is killed, or its results do not unpickle; or there is no
+process or descriptor to spare for it), this process maps that half itself: the answer is
+always the serial one, and an error is raised here, by the item that raises it. The child
+is always reaped, and killed first when the caller's half raised or was interrupted.
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ def map_halves(function: Callable[[T], R], items: Sequence[T], *,
         return [function(item) for item in items]
     half = len(items) // 2
     first, second = items[:half], items[half:]
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    forked = _fork()
+    if forked is None:  # no process or descriptor to spare (a fleet at its limits): serial
+        return [function(item) for item in items]
+    pid, read_end, write_end = forked
     if pid == 0:  # the child: its half, pickled into the pipe, and gone
         _child(function, second, read_end, write_end)
     os.close(write_end)
     data = b""
-    finished = exited = False
+    finished = False
     try:
         mine = [function(item) for item in first]
         with os.fdopen(read_end, "rb") as results:
@@ -71,6 +73,21 @@ def map_halves(function: Callable[[T], R], items: Sequence[T], *,
             os.close(read_end)
         exited = _reap(pid, kill=not finished)
     return mine + _theirs(data if exited else b"", function, second)
+
+
+def _fork() -> tuple[int, int, int] | None:
+    """A pipe and a fork: (pid, read end, write end); None, nothing left open, when the
+    host has no descriptor or process to spare (EMFILE, EAGAIN)."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        return os.fork(), read_end, write_end
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
 
 
 def _child(function: Callable[[T], R], items: Sequence[T], read_end: int,
@@ -94,14 +111,11 @@ def _reap(pid: int, *, kill: bool) -> bool:
     if kill:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return False
-        return os.waitstatus_to_exitcode(status) == 0
+    try:  # (a signal's EINTR is retried by Python itself: PEP 475)
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return False
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _theirs(data: bytes, function: Callable[[T], R], items: Sequence[T]) -> list[R]:

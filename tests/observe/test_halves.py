@@ -4,6 +4,7 @@ mapped here; an error is raised here, by its item; the child is always reaped.""
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import signal
@@ -188,4 +189,30 @@ def test_a_childs_answer_is_taken_only_whole_and_from_a_clean_exit(
 
     monkeypatch.setattr(halves, "_child", child)
     assert map_halves(lambda item: item, list(range(20)), min_items=10) == list(range(20))
+    assert not new_children()
+
+
+@pytest.mark.parametrize("call", ["pipe", "fork"])
+def test_with_no_process_or_descriptor_to_spare_the_map_is_serial(
+        monkeypatch: pytest.MonkeyPatch, new_children: Children, call: str) -> None:
+    opened: list[int] = []
+    real_pipe = os.pipe
+
+    def pipe() -> tuple[int, int]:
+        if call == "pipe":
+            raise OSError(errno.EMFILE, "Too many open files")
+        ends = real_pipe()
+        opened.extend(ends)
+        return ends
+
+    def fork() -> int:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(halves.os, "pipe", pipe)
+    monkeypatch.setattr(halves.os, "fork", fork)
+    assert map_halves(_where, list(range(20)), min_items=10) == [
+        (item * item, PARENT) for item in range(20)]
+    for end in opened:  # the pipe made before the fork failed is closed again
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(end)
     assert not new_children()
