@@ -109,16 +109,12 @@ def measure_missing(paths: LineagePaths, probes: Sequence[ResolvedProbe], *, par
             return
         try:
             record = _one(paths, item)
-        except NotWritten as error:
+        except (NotWritten, KernelError, OSError, RuntimeError, ValueError,
+                pygit2.GitError) as error:
+            why = error if isinstance(error, NotWritten) else f"the sandbox could not run: {error}"
             stop.set()
             with lock:
-                done.errors.append(f"probe {item.probe.name} on gen {item.generation}: {error}")
-            return
-        except (KernelError, OSError, RuntimeError, ValueError, pygit2.GitError) as error:
-            stop.set()
-            with lock:
-                done.errors.append(f"probe {item.probe.name} on gen {item.generation}: "
-                                   f"the sandbox could not run: {error}")
+                done.errors.append(f"probe {item.probe.name} on gen {item.generation}: {why}")
             return
         with lock:
             done.records += 1
