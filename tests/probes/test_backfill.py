@@ -14,8 +14,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from reconciler.engine.probes import sandbox
 from reconciler.engine.probes.measure import measure_missing, missing_work
 from reconciler.kernel.base.config import LineagePaths
+from reconciler.kernel.base.errors import KernelError
 from reconciler.spec.probes import ProbeSpec, resolve
 from reconciler.state import probes as stored
 
@@ -137,6 +139,21 @@ def test_a_record_that_cannot_be_written_is_said_so_not_blamed_on_the_sandbox(
     assert error.startswith(f"probe count on gen 1: its record could not be written to "
                             f"{paths.observations}: "), error
     assert "sandbox" not in error and done.records == 0 and lock.is_dir()
+
+
+def test_a_sandbox_that_cannot_run_is_said_so_and_nothing_is_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths, _ = lineage(tmp_path, 2)
+
+    def refused(**_: object) -> None:
+        raise KernelError("kernel: the probe's cgroup scope could not be made")
+
+    monkeypatch.setattr(sandbox, "measure", refused)
+    done = measure_missing(paths, [resolve(probe())])
+    (error,) = done.errors  # the first stops the rest
+    assert error.startswith("probe count on gen ") and error.endswith(
+        ": the sandbox could not run: kernel: the probe's cgroup scope could not be made")
+    assert done.records == 0 and stored.coverage(paths) == {}
 
 
 def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
