@@ -153,3 +153,29 @@ def test_a_records_heads_are_every_field(tmp_path: Path) -> None:
     found = observed_cache.heads(builder.paths, Lineage(builder.paths))
     assert observed_cache._fields(found) == dataclasses.asdict(found)
     assert found.lineage_config is not None and found.observation_config is not None
+
+
+def test_the_ref_lock_check_asks_of_exactly_the_files_the_kernel_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """observe's first look for leftover ref locks (by string, every lineage of a fleet)
+    copies the kernel's ``ref_locks`` rule, which it cannot import cheaply: the two ask
+    of the same files, so a lock the kernel would name is never missed."""
+    import os
+
+    from reconciler.kernel.transaction import publish
+    from reconciler.state import observe as observing
+
+    builder = _in_sync(tmp_path)
+    asked: list[str] = []
+    real = os.path.lexists
+
+    def lexists(path: str | os.PathLike[str]) -> bool:
+        asked.append(os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    assert publish.ref_locks(builder.paths) == []
+    by_the_kernel = sorted(asked)
+    asked.clear()
+    assert observing._any_ref_lock(builder.paths) is False
+    assert sorted(os.path.normpath(path) for path in asked) == by_the_kernel
