@@ -335,21 +335,22 @@ def load_average() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def _children_cpu() -> float:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
 
 
 def cli(root: Path) -> tuple[float, int, float]:
     """Wall seconds, exit code and CPU seconds (user + system) of `ouro plan --json`."""
-    cpu = _children_cpu()
+    cpu = children_cpu()
     started = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-c", PIN, "plan",
          str(root / "specs"), "--json"],
         cwd=ROOT, capture_output=True, check=False, env=cli_env(),
     )
-    return time.perf_counter() - started, result.returncode, _children_cpu() - cpu
+    return time.perf_counter() - started, result.returncode, children_cpu() - cpu
 
 
 def main() -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -81,21 +80,16 @@ def build(cells: int, replicas: int, generations: int) -> Path:
     return root
 
 
-def _children_cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def run(root: Path, target: Path, *extra: str) -> tuple[float, int, str, float]:
     """Wall seconds, exit code, stdout and CPU seconds of one `ouro plan`."""
-    cpu = _children_cpu()
+    cpu = plan_bench.children_cpu()
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", plan_bench.PIN, "plan", str(target),
                            "--state-dir", str(root / "lineages"), *extra],
                           cwd=ROOT, capture_output=True, text=True, check=False,
                           env=plan_bench.cli_env())
     return (time.perf_counter() - started, done.returncode, done.stdout,
-            _children_cpu() - cpu)
+            plan_bench.children_cpu() - cpu)
 
 
 def set_part(root: Path, rounds: int) -> dict[str, float]:
