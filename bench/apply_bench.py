@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from tests.fakes.provider_server import FakeProvider, chat_ok  # noqa: E402
 
 SEED = (ROOT / "reconciler" / "kernel" / "transaction" / "organism.el").read_text()
-MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
+MAIN = "import sys; from reconciler.cli import console_main; sys.argv[0] = 'ouro'; console_main()"
 
 
 def write_specs(folder: Path, count: int, generations: int, url: str) -> None:

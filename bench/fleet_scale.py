@@ -55,7 +55,7 @@ from tests.fakes.provider_server import (  # noqa: E402
 )
 
 SEED = (ROOT / "reconciler" / "kernel" / "transaction" / "organism.el").read_text()
-MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
+MAIN = "import sys; from reconciler.cli import console_main; sys.argv[0] = 'ouro'; console_main()"
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 WALL_RATIO, MB_PER_LINEAGE, CPU_PER_GENERATION = 1.5, 40.0, 0.25
 

@@ -62,7 +62,7 @@ BENCH_COMMIT = "b" * 40
 BENCH_FINGERPRINT = "f" * 64
 PIN = ("import reconciler.state.instrument as i; "
        "i._fingerprint = lambda: " + repr(BENCH_FINGERPRINT)
-       + "; from reconciler.cli import main; main()")
+       + "; from reconciler.cli import console_main; console_main()")
 FORMAT = 6  # bump when the fleet's layout changes
 STAMP = 1_700_000_000
 TARGET_SECONDS = 1.0

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
+MAIN = "import sys; from reconciler.cli import console_main; sys.argv[0] = 'ouro'; console_main()"
 TARGET_S = 0.3
 TARGETS = {"ouro plan (in sync)": 0.25, "ouro apply (in sync)": 0.3}  # else TARGET_S
 SPEC = """apiVersion: ouro/v1

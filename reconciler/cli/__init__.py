@@ -21,6 +21,7 @@ whole command line (help, an unknown command, completion, the tests).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 import os
@@ -171,6 +172,29 @@ def _fail(message: str, *, output_broken: bool = False) -> None:
 # while one runs: what they make dies by reference count, and the collector's passes over
 # every object a 1,000-lineage plan holds cost about a tenth of it (bench/set_bench.py).
 _BRIEF = frozenset({"plan", "status", "validate"})
+
+
+def console_main() -> None:
+    """The ``ouro`` console script: ``main``; then a brief command's process ends as soon as
+    its output is flushed and the exit handlers (``atexit``) have run, without the
+    interpreter's teardown, which frees every object one by one (for a 1,000-lineage plan,
+    about a twentieth of its time: bench/set_bench.py). Any other command, an exit code
+    that is not a number, or an output that cannot be flushed: the interpreter's own exit.
+    Never called in-process (the tests call ``main``): it ends the process."""
+    try:
+        main()
+        code: str | int | None = 0
+    except SystemExit as done:
+        code = 0 if done.code is None else done.code
+    if sys.argv[1:2] != [] and sys.argv[1] in _BRIEF and type(code) is int:
+        atexit._run_exitfuncs()  # (run once: they are forgotten once run)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):  # closed or broken: Python's exit says what it says
+            sys.exit(code)
+        os._exit(code)
+    sys.exit(code)
 
 
 def main() -> None:

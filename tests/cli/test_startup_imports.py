@@ -23,10 +23,11 @@ from tests.observe.builder import LineageBuilder
 from tests.plan.helpers import spec_yaml, write_specs
 
 ROOT = Path(__file__).resolve().parents[2]
-# The command as `ouro` runs it; at exit, the modules it imported (on stderr, last line).
+# The command as `ouro` runs it (the console script); at exit, the modules it imported (on
+# stderr, last line).
 MAIN = ("import atexit, json, sys\n"
         "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-        "from reconciler.cli import main\nsys.argv[0] = 'ouro'\nmain()\n")
+        "from reconciler.cli import console_main\nsys.argv[0] = 'ouro'\nconsole_main()\n")
 # Never on an in-sync plan or apply: the terminal's renderer (a pipe gets plain text), the
 # providers' HTTP client (no provider is probed), what stores or runs a kernel, the saved
 # plan (none is given or written).

@@ -242,7 +242,7 @@ def _pip_requirements(text: str) -> list[str]:
 def test_no_hint_names_another_projects_distribution() -> None:
     """Every `pip install` a user is shown names ouro as ouro-lineages (or a checkout)."""
     assert PYPROJECT["project"]["name"] == DISTRIBUTION
-    assert PYPROJECT["project"]["scripts"] == {"ouro": "reconciler.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"ouro": "reconciler.cli:console_main"}
     assert f"{DISTRIBUTION}[view]" in PYPROJECT["project"]["optional-dependencies"]["test"]
     places = [ROOT / "README.md", ROOT / "setup.py", *sorted((ROOT / "docs").rglob("*.md")),
               *sorted(p for p in (ROOT / "examples").rglob("*") if p.is_file()),
