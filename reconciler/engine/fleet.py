@@ -266,16 +266,25 @@ class Fleet:
     def plan(self, specs: Sequence[LoadedSpec], *,
              observed: Mapping[str, Observed] | None = None,
              orphans: Sequence[Orphan] = ()) -> Plan:
-        """Every lineage's plan (``observed``: already observed, by name)."""
-        from reconciler.plan import make_plan
+        """Every lineage's plan (``observed``: already observed, by name; else each lineage
+        is observed and planned in one pass: ``plan_all``)."""
+        from reconciler.plan.planner import plan_of
 
-        seen = observed if observed is not None else self.observe_all(specs)
-        items = [(spec, seen[spec.name]) for spec in specs]
-        forks = {spec.name: self.fork_source(spec, obs) for spec, obs in items}
-        kernels = {spec.name: self.kernel_facts(spec, obs, forks[spec.name])
-                   for spec, obs in items}
-        return make_plan(items, self.identity, preflight=self.preflight, kernels=kernels,
-                         orphans=orphans, forks=forks)
+        lineages = (self.plan_all(specs) if observed is None
+                    else [self.plan_one(spec, observed[spec.name]) for spec in specs])
+        return plan_of(lineages, self.identity, orphans)
+
+    def plan_all(self, specs: Sequence[LoadedSpec]) -> list[LineagePlan]:
+        """Every spec's lineage observed and planned in one pass, as ``observe_all`` observes
+        (the caches' seal read once; a large fleet's halves at once); what every lineage's
+        plan shares (the instrument, the kernel store) read first, once."""
+        from reconciler.engine.halves import map_halves
+        from reconciler.state.cachefile import one_seal
+
+        self.identity  # noqa: B018
+        self.store  # noqa: B018
+        with one_seal(self.cache_dir()):
+            return map_halves(self.plan_one, specs)
 
     def observe_all(self, specs: Sequence[LoadedSpec]) -> dict[str, Observed]:
         """Every spec's lineage, observed in one pass (the caches' seal read once; a large

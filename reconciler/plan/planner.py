@@ -68,6 +68,7 @@ __all__ = [
     "desired_generations",
     "make_plan",
     "plan_lineage",
+    "plan_of",
     "refusals",
     "shown_until",
     "suspended",
@@ -623,6 +624,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     # Optional on the observed state and the spec (Protocols stay minimal for fakes).
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
+    set_name = getattr(spec, "set_name", None)  # (a LineageSet's member)
     notes = _first_notes(observed, running)
     notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
     notes += fork_notes(getattr(spec, "fork", None), observed.lineage_metadata)
@@ -644,6 +646,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
             labels=labels, running=running, kernel=choice, fork=born_from,
+            set_name=set_name if isinstance(set_name, str) else None,
             measure=MeasurementWork() if action == "refuse" else measurement_work(
                 getattr(spec, "probes", ()), have + missing,
                 getattr(observed, "probe_coverage", {})),
@@ -692,20 +695,19 @@ def make_plan(items: Sequence[tuple[PlanSpec, ObservedState]], instrument: Ident
     to the sources of forks yet to be born; ``orphans`` (``find_orphans``) are shown beside
     their sets, never acted on."""
     known, sources = kernels or {}, forks or {}
-    lineages = tuple(_member(plan_lineage(spec, observed, instrument, preflight=preflight,
-                                          kernel=known.get(spec.name),
-                                          fork=sources.get(spec.name)), spec)
-                     for spec, observed in items)
-    counts: dict[str, int] = {
-        action: sum(1 for item in lineages if item.action == action) for action in ACTIONS
-    }
-    return Plan(lineages=lineages, instrument=instrument, counts=counts,
+    return plan_of([plan_lineage(spec, observed, instrument, preflight=preflight,
+                                 kernel=known.get(spec.name), fork=sources.get(spec.name))
+                    for spec, observed in items], instrument, orphans)
+
+
+def plan_of(lineages: Sequence[LineagePlan], instrument: Identity,
+            orphans: Sequence[Orphan] = ()) -> Plan:
+    """The plan of these lineages' plans (``plan_lineage``'s), counted by action."""
+    counts: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+    for item in lineages:
+        counts[item.action] += 1
+    return Plan(lineages=tuple(lineages), instrument=instrument, counts=counts,
                 orphans=tuple(orphans))
-
-
-def _member(item: LineagePlan, spec: PlanSpec) -> LineagePlan:
-    set_name = getattr(spec, "set_name", None)
-    return dataclasses.replace(item, set_name=set_name) if isinstance(set_name, str) else item
 
 
 def find_orphans(set_names: Sequence[str], known: Collection[str],
