@@ -18,8 +18,9 @@ import pytest
 from reconciler.engine import halves
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.halves import map_halves
+from reconciler.spec.load import LoadedSpec
 from tests.host import Children
-from tests.observe.builder import LineageBuilder
+from tests.observe.builder import TEST_IDENTITY, LineageBuilder
 
 PARENT = os.getpid()
 _ALONE = halves._alone
@@ -151,8 +152,8 @@ def few_halves(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield pids
 
 
-def test_a_fleet_observed_in_halves_is_observed_as_one_by_one(
-        tmp_path: Path, few_halves: list[int], new_children: Children) -> None:
+def _six_lineages(tmp_path: Path) -> tuple[Fleet, list[LoadedSpec]]:
+    """Six lineages of 0, 1, 2, 0, 1, 2 generations, their specs asking for 3."""
     from reconciler.spec.load import load_specs
 
     state = tmp_path / "state"
@@ -169,12 +170,33 @@ def test_a_fleet_observed_in_halves_is_observed_as_one_by_one(
             f"metadata: {{name: l{index}}}\n"
             f"spec:\n  generations: 3\n  model: {{provider: echo}}\n"
             f"  storage: {{path: {builder.paths.worktree}}}\n", encoding="utf-8")
-    loaded = load_specs([specs], state_dir=state)
-    fleet = Fleet(state, command="ouro plan", cached=True)
+    return (Fleet(state, command="ouro plan", cached=True, identity=TEST_IDENTITY),
+            load_specs([specs], state_dir=state))
+
+
+def test_a_fleet_observed_in_halves_is_observed_as_one_by_one(
+        tmp_path: Path, few_halves: list[int], new_children: Children) -> None:
+    fleet, loaded = _six_lineages(tmp_path)
     together = fleet.observe_all(loaded)
     assert together == {spec.name: fleet.observe(spec) for spec in loaded}
     assert [found.generations for found in together.values()] == [0, 1, 2, 0, 1, 2]
     assert few_halves[:3] == [PARENT] * 3 and PARENT not in few_halves[3:6]
+    assert not new_children()
+
+
+def test_a_fleet_planned_in_halves_is_planned_as_one_by_one(
+        tmp_path: Path, few_halves: list[int], new_children: Children) -> None:
+    fleet, loaded = _six_lineages(tmp_path)
+    together = fleet.plan(loaded)
+    assert len(few_halves) == 6 and PARENT not in few_halves[3:]  # (the second half: a child)
+    one_by_one = fleet.plan(loaded, observed={spec.name: fleet.observe(spec)
+                                              for spec in loaded})
+    assert together == one_by_one
+    assert [(item.name, item.action, item.missing_generations)
+            for item in together.lineages] == [
+        ("l0", "extend", 3), ("l1", "extend", 2), ("l2", "extend", 1),
+        ("l3", "extend", 3), ("l4", "extend", 2), ("l5", "extend", 1)]
+    assert together.counts["extend"] == 6 and sum(together.counts.values()) == 6
     assert not new_children()
 
 
