@@ -43,6 +43,7 @@ from reconciler.spec import (
     ForkSpec,
     LineageSetSpec,
     LineageSpec,
+    ModelSpec,
     places,
     sets,
     units,
@@ -744,11 +745,10 @@ def _validate_set(source: _Source, index: int, node: Node, value: Any,
             problems.append(problem)
         if member is None:
             continue
+        cell_labels = cell.labels()
         for i in range(spec.spec.replicas):
-            meta = sets.member_document(spec.api_version, labels, spec.name, {}, cell,
-                                        i)["metadata"]
             metadata = member.metadata.model_copy(
-                update={"name": meta["name"], "labels": meta["labels"]})
+                update=sets.member_metadata(labels, spec.name, cell.name, cell_labels, i))
             members.append(_Document(source, index, node,
                                      member.model_copy(update={"metadata": metadata}),
                                      set_name=spec.name,
@@ -774,7 +774,45 @@ def default_places(path: Path, name: str) -> LineagePaths:
     )
 
 
-def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Shared:
+    """What one load makes once for all the documents that share it: a set's replicas share
+    their ``spec`` section (one object per cell), so its canonical text and its model with
+    the replay folder resolved are made once per cell. Keyed by the object's id and kept
+    with it (alive while the load runs: an id is never another object's)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[object, str]] = {}
+        self._models: dict[tuple[int, Path], tuple[object, ModelSpec]] = {}
+
+    def canonical(self, spec: LineageSpec) -> str:
+        """``spec``'s canonical text, exactly ``_canonical_json(spec.model_dump(mode="json",
+        by_alias=True))`` (the spec's sha256 is of it: saved plans, every observation)."""
+        body = spec.spec
+        found = self._texts.get(id(body))
+        if found is None or found[0] is not body:
+            text = _canonical_json(body.model_dump(mode="json", by_alias=True))
+            found = self._texts[id(body)] = (body, text)
+        texts = {key: _canonical_json(value) for key, value in
+                 spec.model_dump(mode="json", by_alias=True, exclude={"spec"}).items()}
+        texts["spec"] = found[1]
+        return "{" + ",".join(f"{_canonical_json(key)}:{texts[key]}"
+                              for key in sorted(texts)) + "}"
+
+    def model(self, model: ModelSpec, base: Path) -> ModelSpec:
+        """``model`` with its replay folder absolute (from ``base``, the spec's folder)."""
+        found = self._models.get((id(model), base))
+        if found is None or found[0] is not model:
+            resolved = model.model_copy(
+                update={"replay": _absolute(base, model.replay) if model.replay else None})
+            found = self._models[(id(model), base)] = (model, resolved)
+        return found[1]
+
+
+def _resolve(document: _Document, default_dir: Path, shared: _Shared) -> LoadedSpec:
     spec = document.spec
     base = document.source.path.parent
     storage, model = spec.spec.storage, spec.spec.model
@@ -789,18 +827,13 @@ def _resolve(document: _Document, default_dir: Path) -> LoadedSpec:
         "branch": branch,
         "observation_branch": storage.observation_branch or f"observations/{branch}",
     })
-    resolved_model = model.model_copy(
-        update={"replay": _absolute(base, model.replay) if model.replay else None}
-    )
-    canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=False)
     return LoadedSpec(
         spec=spec.model_copy(update={"spec": spec.spec.model_copy(
-            update={"storage": resolved_storage, "model": resolved_model})}),
+            update={"storage": resolved_storage, "model": shared.model(model, base)})}),
         file=document.source.path,
         document_index=document.index,
         line=_mark(document.node)[0],
-        sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        sha256=hashlib.sha256(shared.canonical(spec).encode("utf-8")).hexdigest(),
         declared_branch=storage.branch,
         declared_observation_branch=storage.observation_branch,
         probes=_probes(document),
@@ -1014,6 +1047,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
             documents.extend(_validate(source, index, node, value, problems))
     loaded: list[LoadedSpec] = []
     default_dir: Path | None = None
+    shared = _Shared()
     for document in documents:
         if document.spec.spec.storage.path is None and default_dir is None:
             try:
@@ -1027,7 +1061,7 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
                     "spec.storage.path, --state-dir or OURO_STATE_DIR",
                 ))
                 continue
-        loaded.append(_resolve(document, default_dir or Path("/")))
+        loaded.append(_resolve(document, default_dir or Path("/"), shared))
     if len(loaded) != len(documents):
         documents = [d for d in documents if d.spec.spec.storage.path is not None]
     _check_unique(documents, loaded, problems)

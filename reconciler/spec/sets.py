@@ -31,6 +31,7 @@ __all__ = [
     "cell_name",
     "cells",
     "member_document",
+    "member_metadata",
     "member_name",
     "member_pattern",
     "name_problem",
@@ -132,11 +133,18 @@ def member_document(api_version: str, metadata_labels: Mapping[str, str], set_na
     body = copy.deepcopy(dict(template))
     for key, value in cell.values.items():
         _replace(body, key, value)
-    labels = {**metadata_labels, SET_LABEL: set_name, REPLICA_LABEL: str(index),
-              **cell.labels()}
     return {"apiVersion": api_version, "kind": "Lineage",
-            "metadata": {"name": member_name(set_name, cell.name, index), "labels": labels},
+            "metadata": member_metadata(metadata_labels, set_name, cell.name, cell.labels(),
+                                        index),
             "spec": body}
+
+
+def member_metadata(metadata_labels: Mapping[str, str], set_name: str, cell: str | None,
+                    cell_labels: Mapping[str, str], index: int) -> dict[str, Any]:
+    """One member's name and labels (``cell_labels``: its cell's ``Cell.labels()``)."""
+    return {"name": member_name(set_name, cell, index),
+            "labels": {**metadata_labels, SET_LABEL: set_name, REPLICA_LABEL: str(index),
+                       **cell_labels}}
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,36 @@ def test_a_set_expands_to_replicas_times_cells_with_labels(tmp_path: Path) -> No
     assert first.paths().branch == f"lineage-{first.name}"
 
 
+def test_each_members_digest_is_of_its_own_lineage_document(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's sha256 is of the canonical form of the Lineage document it is (the
+    loader makes its replicas' shared section once: the digest must not show it), as a
+    plain spec's is (docs/spec.md); replicas of one cell differ, and so do cells."""
+    import hashlib
+
+    from reconciler.spec import sets
+    from reconciler.spec.models import LineageSpec
+
+    text = SET.format(replicas=3, values=f"{ECHO}\n{ECHO_NAMED}\n{REPLAY}")
+    loaded = load_specs([_write(tmp_path, text)], state_dir=tmp_path / "state")
+    written = YAML(typ="safe").load(text)
+    monkeypatch.chdir(tmp_path)  # (the replay folder, relative, is checked from here)
+    matrix = written["spec"]["matrix"]
+    expected = []
+    for cell in sets.cells("sweep", matrix):
+        for index in range(3):
+            member = sets.member_document("ouro/v1", {"team": "evo"}, "sweep",
+                                          written["spec"]["template"], cell, index)
+            document = LineageSpec.model_validate(member)
+            canonical = json.dumps(document.model_dump(mode="json", by_alias=True),
+                                   sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            expected.append((document.name, hashlib.sha256(canonical.encode()).hexdigest()))
+    assert [(spec.name, spec.sha256) for spec in loaded] == expected
+    assert len({spec.sha256 for spec in loaded}) == 9
+    # the resolved model a cell's replicas share is theirs: the replay folder absolute
+    assert {spec.model().replay_dir for spec in loaded[6:]} == {tmp_path / "replies"}
+
+
 def test_names_are_stable_when_cells_are_added_or_reordered(tmp_path: Path) -> None:
     before = _names(tmp_path, [ECHO, REPLAY])
     after = _names(tmp_path, [ECHO_NAMED, REPLAY, ECHO])
