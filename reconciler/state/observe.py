@@ -37,8 +37,6 @@ from reconciler.kernel.base.config import (
     LineagePaths,
 )
 from reconciler.kernel.base.refusals import ProblemCode
-from reconciler.kernel.transaction import leftovers
-from reconciler.kernel.transaction.recovery import marker_alive
 from reconciler.state import observed_cache
 from reconciler.state.branches import (
     DeclaredSpec,
@@ -481,6 +479,11 @@ def _interrupted(
     problems: _Problems,
 ) -> Interrupted | None:
     """The kernel's classification of the leftovers (``kernel.leftovers``), as observed."""
+    # (imported here: a lineage observed from its record never asks, and the kernel's
+    # transaction modules cost an in-sync plan more than its own work)
+    from reconciler.kernel.transaction import leftovers
+    from reconciler.kernel.transaction.recovery import marker_alive
+
     assert lin.repo is not None and lin.head is not None
     marker_present, marker = _read_marker(paths.git_dir)
     if marker is not None and marker_alive(marker):
