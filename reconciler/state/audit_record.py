@@ -47,9 +47,15 @@ from reconciler.kernel.transaction import publish
 from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
-from reconciler.state.cachefile import MAC_FIELD, CacheSeal, cache_seal, canonical, write_cache
+from reconciler.state.cachefile import (
+    MAC_FIELD,
+    CacheSeal,
+    cache_key,
+    cache_seal,
+    canonical,
+    write_cache,
+)
 from reconciler.state.repos import READ_ERRORS, open_repo
-from reconciler.state.summaries import cache_key
 
 __all__ = ["RECORD_DIR", "SCHEMA", "Snapshot", "audit_recorded", "audit_version", "load",
            "record_file", "snapshot"]

@@ -26,23 +26,37 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import hmac
 import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.errors import PathRefused
 from reconciler.ownfiles import check_private, open_regular, private_folder, write_atomic
 
-__all__ = ["KEY_FILE", "MAC_FIELD", "CacheSeal", "cache_seal", "canonical", "one_seal",
-           "write_cache"]
+if TYPE_CHECKING:
+    from reconciler.kernel.base.config import LineagePaths
 
+__all__ = ["CACHE_DIR", "KEY_FILE", "MAC_FIELD", "CacheSeal", "cache_key", "cache_seal",
+           "canonical", "one_seal", "write_cache"]
+
+CACHE_DIR = ".summaries"  # <state dir>/CACHE_DIR: the summaries' and observations' records
 KEY_FILE = ".cache-key"
 KEY_BYTES = 32
 MAC_FIELD = "mac"
+
+
+def cache_key(paths: LineagePaths) -> str:
+    """Names a lineage's cache files (every cache's): its places and branches, digested."""
+    identity = "\0".join(
+        (os.path.abspath(paths.git_dir), paths.branch,
+         os.path.abspath(paths.observations), paths.observation_branch)
+    )
+    return hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]
 
 
 def canonical(body: Mapping[str, Any]) -> bytes:

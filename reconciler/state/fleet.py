@@ -45,7 +45,7 @@ def _checked(folder: Path) -> Path:
 
 def summary_cache_dir(explicit: Path | None = None) -> Path:
     """Where derived summaries are cached: ``<state dir>/.summaries``."""
-    from reconciler.state.summaries import CACHE_DIR
+    from reconciler.state.cachefile import CACHE_DIR
 
     return _checked(state_dir(explicit) / CACHE_DIR)
 

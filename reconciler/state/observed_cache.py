@@ -36,11 +36,10 @@ from typing import Any
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
 from reconciler.state.branches import Recorded
-from reconciler.state.cachefile import CacheSeal, cache_seal, write_cache
+from reconciler.state.cachefile import CacheSeal, cache_key, cache_seal, write_cache
 from reconciler.state.observed import GenerationCommit, Observed
 from reconciler.state.probes import probe_branch
 from reconciler.state.repos import READ_ERRORS, Lineage
-from reconciler.state.summaries import cache_key
 from reconciler.state.worktree import tree_listing
 
 __all__ = ["Heads", "Recalled", "heads", "recall", "recorded", "remember"]

@@ -22,7 +22,6 @@ from typing import Any
 
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.files import FileRefused, read_limited
-from reconciler.state.summaries import heads
 
 __all__ = ["STOP_SUFFIX", "RecordedStop", "read_stop", "stop_path", "stop_record", "stop_stamp"]
 
@@ -59,6 +58,8 @@ def stop_stamp(git_dir: Path) -> tuple[int, int, int] | None:
 
 def stop_record(paths: LineagePaths, generation: int, reason: str, message: str) -> bytes:
     """The record of a stop made now, naming the lineage's heads as they are now."""
+    from reconciler.state.summaries import heads
+
     lineage_head, observation_head = heads(paths)
     return (json.dumps({
         "schema": SCHEMA, "generation": generation, "reason": reason, "message": message,
@@ -87,6 +88,8 @@ def read_stop(paths: LineagePaths) -> RecordedStop | None:
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0 \
             or not reason or message is None:
         return None
+    from reconciler.state.summaries import heads  # (only with a stop on record: rare)
+
     now = heads(paths)
     if now == (None, None) or (data.get("lineage_head"), data.get("observation_head")) != now:
         return None

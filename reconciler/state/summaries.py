@@ -44,8 +44,10 @@ from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.cachefile import (
+    CACHE_DIR,
     MAC_FIELD,
     CacheSeal,
+    cache_key,
     cache_seal,
     canonical,
     write_cache,
@@ -76,7 +78,6 @@ __all__ = [
 ]
 
 SUMMARY_SCHEMA = "ouro-lineage-summary/v3"
-CACHE_DIR = ".summaries"
 MAX_CODE = 200  # a model failure's code beyond this is cut (a foreign record may hold anything)
 
 
@@ -392,15 +393,6 @@ def _journal_heading(repo: Repo, commit: pygit2.Commit) -> str | None:
 
 
 # ---------------------------------------------------------------- the cache
-
-
-def cache_key(paths: LineagePaths) -> str:
-    """Names a lineage's cache file: its places and branches, digested."""
-    identity = "\0".join(
-        (os.path.abspath(paths.git_dir), paths.branch,
-         os.path.abspath(paths.observations), paths.observation_branch)
-    )
-    return hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]
 
 
 def _digest(body: Mapping[str, Any]) -> str:

@@ -62,8 +62,9 @@ def in_sync(tmp_path: Path) -> Path:
 
 
 # Nor on a plan whose lineages are observed from their records (the second plan of a
-# lineage that has not moved): the kernel's transaction modules (and tenacity, theirs).
-NEVER_FROM_RECORDS = ("reconciler.kernel.transaction", "tenacity")
+# lineage that has not moved): the kernel's transaction modules (and tenacity, theirs), the
+# history's summaries.
+NEVER_FROM_RECORDS = ("reconciler.kernel.transaction", "tenacity", "reconciler.state.summaries")
 
 
 def test_an_in_sync_plan_imports_only_what_it_uses(in_sync: Path, tmp_path: Path) -> None:
