@@ -865,8 +865,12 @@ def _check_unique(documents: list[_Document], loaded: list[LoadedSpec],
     """Names are unique in a run; no two lineages (or one lineage's places) share a place."""
     names: dict[str, tuple[_Document, tuple[int, int]]] = {}
     places: dict[Path, tuple[str, str]] = {}
+    named_at: dict[int, tuple[int, int]] = {}  # by node: a set's members share their set's
     for document, spec in zip(documents, loaded, strict=True):
-        where = _locate(document.node, ("metadata", "name"), key=False)
+        where = named_at.get(id(document.node))
+        if where is None:
+            where = named_at[id(document.node)] = _locate(document.node, ("metadata", "name"),
+                                                          key=False)
         if spec.name in names:
             first, (line, column) = names[spec.name]
             problems.append(_problem(
@@ -948,7 +952,8 @@ def _check_places(documents: list[_Document], loaded: list[LoadedSpec],
             for key in (str(place), real):
                 named.setdefault(key, (place, spec.name, field))
     for document, spec, pairs in zip(documents, loaded, resolved, strict=True):
-        if all(folders.clear(str(place)) and folders.clear(real) for place, real in pairs):
+        if all(folders.clear(str(place)) and (real == str(place) or folders.clear(real))
+               for place, real in pairs):
             continue
         own = {str(path) for pair in pairs for path in pair}
         for field, (place, text) in zip(_FIELDS, pairs, strict=True):
