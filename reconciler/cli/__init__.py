@@ -26,6 +26,7 @@ import functools
 import gc
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -179,14 +180,16 @@ def console_main() -> None:
     its output is flushed and the exit handlers (``atexit``) have run, without the
     interpreter's teardown, which frees every object one by one (for a 1,000-lineage plan,
     about a twentieth of its time: bench/set_bench.py). Any other command, an exit code
-    that is not a number, or an output that cannot be flushed: the interpreter's own exit.
-    Never called in-process (the tests call ``main``): it ends the process."""
+    that is not a number, another thread still running (the interpreter would wait for
+    it), or an output that cannot be flushed: the interpreter's own exit. Never called
+    in-process (the tests call ``main``): it ends the process."""
     try:
         main()
         code: str | int | None = 0
     except SystemExit as done:
         code = 0 if done.code is None else done.code
-    if sys.argv[1:2] != [] and sys.argv[1] in _BRIEF and type(code) is int:
+    if (sys.argv[1:2] != [] and sys.argv[1] in _BRIEF and type(code) is int
+            and threading.active_count() == 1):
         atexit._run_exitfuncs()  # (run once: they are forgotten once run)
         try:
             sys.stdout.flush()

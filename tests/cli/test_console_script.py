@@ -27,9 +27,10 @@ SCRIPT = ("import atexit, sys\n"
           "from reconciler.cli import console_main\nsys.argv[0] = 'ouro'\nconsole_main()\n")
 
 
-def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def _run(*args: str | Path, before: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    return subprocess.run([sys.executable, "-c", SCRIPT, *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-c", before + SCRIPT, *map(str, args)], cwd=ROOT,
+                          env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=120)
 
@@ -84,3 +85,13 @@ def test_other_commands_exit_as_python_does() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ouro ") and done.stdout.endswith("bye out\n")
     assert done.stderr == "bye err\n"
+
+
+def test_a_thread_still_running_is_waited_for_as_python_does(tmp_path: Path) -> None:
+    late = ("import sys, threading, time\n"
+            "threading.Thread(target=lambda: (time.sleep(0.5), print('late', file=sys.stderr,"
+            " flush=True))).start()\n")
+    bad = write_specs(tmp_path / "specs", "apiVersion: ouro/v1\nkind: Lineage\n")
+    done = _run("validate", bad, before=late)
+    assert done.returncode == 1
+    assert "late\n" in done.stderr  # the interpreter's exit waited for the thread
