@@ -603,6 +603,12 @@ def _create_message(name: str, desired: int, fork: ForkSourceLike | None) -> str
             f"{_generations(desired)}")
 
 
+def _set_of(spec: PlanSpec) -> str | None:
+    """The LineageSet the spec is a member of (None: a plain lineage; optional on the spec)."""
+    found = getattr(spec, "set_name", None)
+    return found if isinstance(found, str) else None
+
+
 def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, *,
                  preflight: Preflight | None = None,
                  kernel: KernelFactsLike | None = None,
@@ -624,7 +630,6 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     # Optional on the observed state and the spec (Protocols stay minimal for fakes).
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
-    set_name = getattr(spec, "set_name", None)  # (a LineageSet's member)
     notes = _first_notes(observed, running)
     notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
     notes += fork_notes(getattr(spec, "fork", None), observed.lineage_metadata)
@@ -646,7 +651,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             branches={"lineage": observed.paths.branch,
                       "observation": observed.paths.observation_branch},
             labels=labels, running=running, kernel=choice, fork=born_from,
-            set_name=set_name if isinstance(set_name, str) else None,
+            set_name=_set_of(spec),
             measure=MeasurementWork() if action == "refuse" else measurement_work(
                 getattr(spec, "probes", ()), have + missing,
                 getattr(observed, "probe_coverage", {})),

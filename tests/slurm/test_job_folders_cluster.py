@@ -36,8 +36,11 @@ class _Payload:
 
 def test_a_job_folder_is_private_and_a_planted_result_is_refused(
         specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    # Two generations, the second 8 s long: the job is still running when the result is
+    # planted, whatever the host's load (with one, a quick job could finish first and
+    # replace the planted file with its own result before apply looks).
     replies = write_replies(specs / "replies", [SLOW_BODY.format(seconds=8), UNASKED])
-    _with_executor(write_spec(specs, "sl-priv", 1, provider="replay", replay=str(replies)))
+    _with_executor(write_spec(specs, "sl-priv", 2, provider="replay", replay=str(replies)))
     old = os.umask(0o002)
     try:
         process = subprocess.Popen(ouro_argv("apply", "--yes", "--executor", "slurm",
