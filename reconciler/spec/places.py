@@ -126,6 +126,7 @@ def system_problem(place: Path, real: Path | None = None) -> str | None:
 
 
 _ASKED: dict[str, subprocess.Popen[bytes] | None] = {}  # program -> asked, not yet read
+_ASK_SECONDS = 20  # an interpreter that has not answered by then is killed (no folders)
 
 
 def ask_python_paths() -> None:
@@ -150,7 +151,7 @@ def _python_path(program: str) -> list[str]:
     if asked is None:
         return []
     try:
-        output, _ = asked.communicate(timeout=20)
+        output, _ = asked.communicate(timeout=_ASK_SECONDS)
         found = json.loads(output or b"[]")
     except subprocess.TimeoutExpired:
         asked.kill()

@@ -1,10 +1,12 @@
 """The host Python's path is asked of each system python3 while the specs are parsed
 (``places.ask_python_paths``): every asked interpreter is read and reaped, by a load that
-fails too, and once the answer is kept nothing more is asked."""
+fails too, and once the answer is kept nothing more is asked. An interpreter that cannot
+run, answers nonsense or never answers adds no folder, and is reaped all the same."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +26,12 @@ PYTHONS = [program for program in places.SYSTEM_PYTHONS if os.path.exists(progra
 def _unasked() -> Iterator[None]:
     places.python_path_folders.cache_clear()
     yield
-    places.python_path_folders()  # (read whatever a test left asked)
+    for program in list(places._ASKED):  # whatever a test left asked: reaped
+        asked = places._ASKED.pop(program)
+        if asked is not None:
+            asked.kill()
+            asked.wait()
+    places.python_path_folders.cache_clear()  # (the next caller asks the real interpreters)
 
 
 def test_the_answer_is_the_one_asked_first_and_every_asker_is_reaped(
@@ -57,4 +64,39 @@ def test_once_the_answer_is_kept_nothing_more_is_asked(
     load_specs([good], state_dir=tmp_path / "state")
     places.ask_python_paths()
     load_specs([good], state_dir=tmp_path / "state")
+    assert not places._ASKED and not new_children()
+
+
+def _interpreter(folder: Path, body: str, mode: int = 0o755) -> str:
+    """A stand-in for a system python3: a shell script (it ignores ``-c PROGRAM``)."""
+    program = folder / "python3"
+    program.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+    program.chmod(mode)
+    return str(program)
+
+
+@pytest.mark.parametrize(("body", "mode", "found"), [
+    ("echo 'not json'\n", 0o755, []),
+    ("echo '{\"path\": 1}'\n", 0o755, []),
+    ("echo '[\"/from/it\", 1, null]'\n", 0o755, ["/from/it"]),
+    ("exit 3\n", 0o755, []),
+    ("echo '[\"/never\"]'\n", 0o644, []),  # cannot be run at all
+], ids=["not-json", "not-a-list", "not-strings", "no-answer", "not-runnable"])
+def test_an_answer_that_is_no_list_of_folders_adds_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_children: Children,
+        body: str, mode: int, found: list[str]) -> None:
+    program = _interpreter(tmp_path, body, mode)
+    monkeypatch.setattr(places, "SYSTEM_PYTHONS", (program,))
+    assert places._python_path(program) == found
+    assert not places._ASKED and not new_children()
+
+
+def test_an_interpreter_that_never_answers_is_killed_and_reaped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_children: Children) -> None:
+    program = _interpreter(tmp_path, "exec sleep 60\n")
+    monkeypatch.setattr(places, "SYSTEM_PYTHONS", (program,))
+    monkeypatch.setattr(places, "_ASK_SECONDS", 0.5)
+    started = time.monotonic()
+    assert places._python_path(program) == []
+    assert time.monotonic() - started < 10
     assert not places._ASKED and not new_children()
