@@ -18,4 +18,3 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must provide this: {reason}")
     pytest.skip(reason)
-

@@ -188,8 +188,7 @@ def console_main() -> None:
         code: str | int | None = 0
     except SystemExit as done:
         code = 0 if done.code is None else done.code
-    if (sys.argv[1:2] != [] and sys.argv[1] in _BRIEF and type(code) is int
-            and threading.active_count() == 1):
+    if _brief() and type(code) is int and threading.active_count() == 1:
         atexit._run_exitfuncs()  # (run once: they are forgotten once run)
         try:
             sys.stdout.flush()
@@ -200,8 +199,13 @@ def console_main() -> None:
     sys.exit(code)
 
 
+def _brief() -> bool:
+    """The command this process runs is one of ``_BRIEF``."""
+    return sys.argv[1:2] != [] and sys.argv[1] in _BRIEF
+
+
 def main() -> None:
-    paused = sys.argv[1:2] != [] and sys.argv[1] in _BRIEF and gc.isenabled()
+    paused = _brief() and gc.isenabled()
     if paused:
         gc.disable()
     try:

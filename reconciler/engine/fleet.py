@@ -23,7 +23,7 @@ command pays only for what it asks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -60,6 +60,7 @@ class _Selectable(Protocol):
 
 
 _Chosen = TypeVar("_Chosen", bound=_Selectable)
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -275,26 +276,27 @@ class Fleet:
         return plan_of(lineages, self.identity, orphans)
 
     def plan_all(self, specs: Sequence[LoadedSpec]) -> list[LineagePlan]:
-        """Every spec's lineage observed and planned in one pass, as ``observe_all`` observes
-        (the caches' seal read once; a large fleet's halves at once); what every lineage's
-        plan shares (the instrument, the kernel store) read first, once."""
-        from reconciler.engine.halves import map_halves
-        from reconciler.state.cachefile import one_seal
-
+        """Every spec's lineage observed and planned in one pass (``_one_pass``); what every
+        lineage's plan shares (the instrument, the kernel store) read first, once, before
+        a child could read it again."""
         self.identity  # noqa: B018
         self.store  # noqa: B018
-        with one_seal(self.cache_dir()):
-            return map_halves(self.plan_one, specs)
+        return self._one_pass(self.plan_one, specs)
 
     def observe_all(self, specs: Sequence[LoadedSpec]) -> dict[str, Observed]:
-        """Every spec's lineage, observed in one pass (the caches' seal read once; a large
-        fleet's halves at once, on two cores: ``engine.halves``)."""
+        """Every spec's lineage, observed in one pass (``_one_pass``)."""
+        seen = self._one_pass(self.observe, specs)
+        return {spec.name: found for spec, found in zip(specs, seen, strict=True)}
+
+    def _one_pass(self, function: Callable[[LoadedSpec], _R],
+                  specs: Sequence[LoadedSpec]) -> list[_R]:
+        """``function`` of every spec, in order, as one pass: the caches' seal read once,
+        a large fleet's halves at once, on two cores (``engine.halves``)."""
         from reconciler.engine.halves import map_halves
         from reconciler.state.cachefile import one_seal
 
         with one_seal(self.cache_dir()):
-            seen = map_halves(self.observe, specs)
-        return {spec.name: found for spec, found in zip(specs, seen, strict=True)}
+            return map_halves(function, specs)
 
     def plan_paths(self, paths: Sequence[Path], select: Sequence[str] | None = ()
                    ) -> tuple[Plan, list[LoadedSpec]]:

@@ -782,7 +782,7 @@ class _Shared:
     """What one load makes once for all the documents that share it: a set's replicas share
     their ``spec`` section (one object per cell), so its canonical text and its model with
     the replay folder resolved are made once per cell. Keyed by the object's id and kept
-    with it (alive while the load runs: an id is never another object's)."""
+    with it (so alive while the load runs: an id is never another object's)."""
 
     def __init__(self) -> None:
         self._texts: dict[int, tuple[object, str]] = {}
@@ -793,7 +793,7 @@ class _Shared:
         by_alias=True))`` (the spec's sha256 is of it: saved plans, every observation)."""
         body = spec.spec
         found = self._texts.get(id(body))
-        if found is None or found[0] is not body:
+        if found is None:
             text = _canonical_json(body.model_dump(mode="json", by_alias=True))
             found = self._texts[id(body)] = (body, text)
         texts = {key: _canonical_json(value) for key, value in
@@ -805,7 +805,7 @@ class _Shared:
     def model(self, model: ModelSpec, base: Path) -> ModelSpec:
         """``model`` with its replay folder absolute (from ``base``, the spec's folder)."""
         found = self._models.get((id(model), base))
-        if found is None or found[0] is not model:
+        if found is None:
             resolved = model.model_copy(
                 update={"replay": _absolute(base, model.replay) if model.replay else None})
             found = self._models[(id(model), base)] = (model, resolved)

@@ -152,12 +152,13 @@ def _python_path(program: str) -> list[str]:
         return []
     try:
         output, _ = asked.communicate(timeout=_ASK_SECONDS)
-        found = json.loads(output or b"[]")
-    except subprocess.TimeoutExpired:
+    except (OSError, subprocess.SubprocessError):  # no answer in time, or none to read
         asked.kill()
         asked.wait()
         return []
-    except (OSError, ValueError, subprocess.SubprocessError):
+    try:
+        found = json.loads(output or b"[]")
+    except ValueError:
         return []
     return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
 
