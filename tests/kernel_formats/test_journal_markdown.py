@@ -153,14 +153,22 @@ def test_a_line_commonmark_does_not_read_as_a_heading_is_none_to_ouro(line: str)
 LINES = ["~~~", "   ~~~", "~~~~", "  ~~~~ info", "    ~~~", "\t~~~", "```", "``` lisp",
          "````", " ``` `x`", "## gen 1 — died — T", "   ## gen 2 — no-change — T",
          "## gen 3 — died — T ##", "##\tgen 4 — died — T", "    ## gen 5 — died — T",
-         "### gen 6 — died — T", "text", "", "  ", "x\r~~~", "x\r## gen 7 — died — T\r"]
+         "### gen 6 — died — T", "text", "", "  ", "x\r~~~", "x\r## gen 7 — died — T\r",
+         "## gen 8 — no-change — T\r", "~~~\r", "\r   ```", "x ## gen 9 — died — T",
+         "###gen 10 — died — T ## gen 11 — died — T", " ~~~~~ \t", "~~~ ~"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(st.sampled_from(LINES), max_size=14))
 def test_ouros_headings_are_commonmarks_in_any_arrangement_of_fences_and_headings(
         lines: list[str]) -> None:
     text = "\n".join(lines)
     commonmark = [int(match.group(1)) for content in h2_texts(rendered(text))
                   if (match := re.fullmatch(r"gen (\d+) — .*", content))]
-    assert [h.number for h in formats.parse_journal(text)] == commonmark
+    headings = formats.parse_journal(text)
+    assert [h.number for h in headings] == commonmark
+    # each heading's line is the \n-separated line that holds it (last_heading_line's)
+    for heading in headings:
+        assert f"gen {heading.number} " in text.split("\n")[heading.line - 1]
+    last = text.split("\n")[headings[-1].line - 1] if headings else None
+    assert formats.last_heading_line(text) == last

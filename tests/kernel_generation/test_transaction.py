@@ -27,6 +27,7 @@ from reconciler.kernel.base.errors import (
 )
 from reconciler.kernel.transaction import publish
 from reconciler.kernel.transaction.generation import GenerationOutcome, check_extendable
+from reconciler.state import summaries
 from tests.kernel_generation.helpers import Fake, Lineage, git, subjects
 
 Run = Callable[..., GenerationOutcome]
@@ -231,7 +232,7 @@ def test_observation_record_has_every_contract_field_in_order(
     assert list(record)[len(original):] == [
         "ceiling_backend", "provenance", "accounted_usd", "rejection", "replay_cursor",
         "ran_with", "model_calls_refused", "provider_failure", "usage_exceeds_request",
-        "seccomp_bpf_sha256"]
+        "seccomp_bpf_sha256", "running_totals"]
     assert record["lineage_commit"] == outcome.lineage_commit == git(
         born.worktree, "rev-parse", "HEAD").strip()
     assert record["constraints"]["disclosure"] == "canonical"
@@ -271,6 +272,52 @@ def test_replay_cursor_counts_successful_calls_of_earlier_generations(
     run_fake(model=model)
     cursors = [s["broker"]["replay_cursor"] for s in fake.seen if "broker" in s]
     assert cursors == [0, 2, 3, 4]
+
+
+def test_each_observation_records_the_lineages_running_totals(
+    born: Lineage, fake: Fake, run_fake: Run
+) -> None:
+    """Physics release 4: observation N holds the totals through N, by the one rule that
+    ``ouro status`` otherwise derives from every record (``kernel.base.totals``)."""
+    paid = {"http_status": 200, "accounted_usd": "0.25", "reserved_usd": "0.5"}
+    failed = {"http_status": 429, "error": "rate_limited", "accounted_usd": "0",
+              "reserved_usd": "0.5"}
+    fake.calls = [paid]
+    fake.files = {"organism.el": born.organism() + ";; x\n"}
+    run_fake()
+    fake.calls, fake.exit_status = [paid, paid], 9
+    run_fake()
+    fake.calls, fake.exit_status, fake.files = [failed], 0, None
+    run_fake()
+    expected = [
+        (1, {"changed": 1, "no-change": 0, "died": 0}, {}, 0, "0.25"),
+        (2, {"changed": 1, "no-change": 0, "died": 1}, {"process_exit": 1}, 0, "0.75"),
+        (3, {"changed": 1, "no-change": 1, "died": 1}, {"process_exit": 1}, 1, "0.75"),
+    ]
+    for n, outcomes, kinds, failures, spend in expected:
+        assert born.observation(n)["running_totals"] == {
+            "schema": "ouro-running-totals/v1", "generations": n, "outcomes": outcomes,
+            "death_kinds": kinds, "model_failures": failures, "spend_usd": spend}
+    derived = summaries.totals_of(summaries.summarize(born.paths))
+    recorded = summaries.totals(born.paths)
+    assert recorded == derived and recorded.generations == 3
+
+
+def test_running_totals_add_up_every_record_when_the_last_lacks_them(
+    born: Lineage, fake: Fake, run_fake: Run
+) -> None:
+    fake.calls = [{"http_status": 200, "accounted_usd": "0.5"}]
+    run_fake()
+    run_fake()
+    path = born.observations / "generations" / "0002.json"
+    record = json.loads(path.read_text())
+    del record["running_totals"]  # another writer's record, or a hand's
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    git(born.observations, "commit", "-qam", "drop the running totals")
+    run_fake()
+    totals = born.observation(3)["running_totals"]
+    assert (totals["generations"], totals["spend_usd"]) == (3, "1.5")
+    assert totals["outcomes"] == {"changed": 0, "no-change": 3, "died": 0}
 
 
 # ---------------------------------------------------------------- external edits

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pygit2
 
-from ..base import failures
+from ..base import failures, totals
 from ..base.config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
@@ -355,15 +355,16 @@ def _successes(calls: object) -> int:
     return sum(1 for c in calls if isinstance(c, dict) and c.get("http_status") == 200)
 
 
-def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int) -> int:
+def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int,
+                   last: Mapping[str, Any]) -> int:
     """Replay responses consumed so far: model calls answered 200 in earlier observations.
 
     ouro records the running total (``replay_cursor``) in each observation, so only the
-    last one is read; without it every observation is counted.
+    last one (``last``: observation ``count``'s record) is read; without it every
+    observation is counted.
     """
     if count == 0:
         return 0
-    last = recovery.read_observation(repo, head, count) or {}
     total = last.get("replay_cursor")
     if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
         return total
@@ -371,6 +372,20 @@ def _replay_cursor(repo: pygit2.Repository, head: pygit2.Commit, count: int) -> 
         _successes((recovery.read_observation(repo, head, number) or {}).get("model_calls"))
         for number in range(1, count + 1)
     )
+
+
+def _totals_before(repo: pygit2.Repository, head: pygit2.Commit, count: int,
+                   last: Mapping[str, Any]) -> totals.RunningTotals:
+    """The lineage's running totals through generation ``count`` (physics release 4):
+    observation ``count``'s record (``last``) holds them; without it (records another
+    writer made or edited) every observation is added up, as the replay cursor is."""
+    recorded = totals.from_json(last.get(totals.TOTALS_KEY))
+    if recorded is not None and recorded.generations == count:
+        return recorded
+    added = totals.RunningTotals()
+    for number in range(1, count + 1):
+        added = totals.advance(added, recovery.read_observation(repo, head, number) or {})
+    return added
 
 
 def _check_provider(model: ModelConfig, api_key: str | None, generation: int, cursor: int) -> None:
@@ -552,7 +567,8 @@ def _observation(
     ran_with: the kernel, control plane and versions, as the control plane gave them;
     model_calls_refused: requests answered 429 past the model ceilings, not in model_calls;
     provider_failure and usage_exceeds_request: ``failures``' reading of the calls;
-    seccomp_bpf_sha256: the filter's BPF, null for a life run without one)."""
+    seccomp_bpf_sha256: the filter's BPF, null for a life run without one; and, added
+    by ``_run`` last, running_totals: ``totals``' record through this generation)."""
     accounting = result.accounting
     return {
         "schema": GENERATION_SCHEMA,
@@ -661,7 +677,10 @@ def _generation(
     state = _inspect(paths, identity)
     publish.check_ref_locks(paths)  # DamageError: found before the sandbox, not after
     n = state.generation
-    cursor = _replay_cursor(state.observations, state.obs_head, n - 1)
+    last = (recovery.read_observation(state.observations, state.obs_head, n - 1) or {}
+            if n > 1 else {})
+    cursor = _replay_cursor(state.observations, state.obs_head, n - 1, last)
+    before = _totals_before(state.observations, state.obs_head, n - 1, last)
     _check_provider(model, api_key, n, cursor)
     constraints = constraints_manifest(ceilings, model)
     recovery.sweep_orphans(paths, None, min_age=recovery.ORPHAN_AGE_S)
@@ -715,7 +734,7 @@ def _generation(
         # From here on a crash is recovered through the marker.
         return _run(_Attempt(
             paths=paths, state=state, head=head, edited=edited, generation=n, cursor=cursor,
-            marker=marker, parts=parts, model=model, ceilings=ceilings,
+            totals_before=before, marker=marker, parts=parts, model=model, ceilings=ceilings,
             constraints=constraints, provenance=provenance, cancel=cancel, hook=hook,
             runtime=runtime, started_at=started_at, clock=clock, ran_with=ran_with,
         ))
@@ -753,6 +772,7 @@ class _Attempt:
     edited: pygit2.Commit | None  # the `external edit` commit, if one was made
     generation: int
     cursor: int  # replay responses consumed by earlier generations
+    totals_before: totals.RunningTotals  # the lineage's running totals before this one
     marker: dict[str, Any]  # as written in phase running
     parts: _Parts
     model: ModelConfig
@@ -827,6 +847,8 @@ def _run(attempt: _Attempt) -> GenerationOutcome:
         ran_with=attempt.ran_with,
         refused=refused,
     )
+    # physics release 4: the lineage's totals through this generation, this one included
+    record[totals.TOTALS_KEY] = totals.to_json(totals.advance(attempt.totals_before, record))
     data = (json.dumps(record, indent=2, default=str) + "\n").encode("utf-8")
     obs_path = observation_path(n)
     obs_commit = publish.commit_observation_files(

@@ -38,13 +38,6 @@ from typing import Any, TypeVar
 
 import pygit2
 from pygit2.enums import CheckoutStrategy, DiffOption
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_exponential,
-    wait_random,
-)
 
 from ..base.config import JOURNAL_FILE, KERNEL_OWNED_NAMES, ORGANISM_FILE, LineagePaths
 from ..base.errors import (
@@ -177,6 +170,10 @@ def check_ref_locks(paths: LineagePaths) -> None:
     """Before a generation runs: a branch lock that stays held for ``LOCK_PATIENCE_S`` was
     left behind by a git process that died; refuse now (``DamageError``), not after the
     organism ran and its observation was committed."""
+    # tenacity only where a lock is waited for: plan and status read ``ref_locks``
+    # through this module and never retry (physics release 4)
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
     retrying = Retrying(
         retry=retry_if_exception_type(_RefLocked), stop=stop_after_delay(LOCK_PATIENCE_S),
         wait=wait_exponential(multiplier=0.02, max=0.5), reraise=True,
@@ -204,6 +201,14 @@ def cas_ref(
     A ref lock held by another process is waited for (bounded, with backoff); a ref
     that moved is never waited for: that is a conflict, not a delay.
     """
+    from tenacity import (
+        Retrying,
+        retry_if_exception_type,
+        stop_after_delay,
+        wait_exponential,
+        wait_random,
+    )
+
     retrying = Retrying(
         retry=retry_if_exception_type(_RefLocked),
         stop=stop_after_delay(LOCK_PATIENCE_S),
