@@ -42,6 +42,7 @@ import pygit2
 
 from reconciler.errors import StateError
 from reconciler.kernel.base import formats
+from reconciler.kernel.base import totals as running
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
 from reconciler.state.cachefile import (
     CACHE_DIR,
@@ -78,7 +79,6 @@ __all__ = [
 ]
 
 SUMMARY_SCHEMA = "ouro-lineage-summary/v3"
-MAX_CODE = 200  # a model failure's code beyond this is cut (a foreign record may hold anything)
 
 
 @dataclass(frozen=True)
@@ -196,31 +196,6 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _model_failure(record: Mapping[str, Any], calls: Sequence[Any]) -> str | None:
-    """The model's failure in a generation: the recorded ``provider_failure`` if any
-    (a string, or an object with a ``code``/``kind``), else the error of the first call
-    when no call succeeded."""
-    failure = record.get("provider_failure")
-    if isinstance(failure, str) and failure:
-        return failure[:MAX_CODE]
-    if isinstance(failure, dict):
-        for key in ("code", "kind", "error", "class"):
-            if isinstance(failure.get(key), str):
-                return str(failure[key])[:MAX_CODE]
-        return "provider_failure"
-    dicts = [call for call in calls if isinstance(call, dict)]
-    if not dicts or any(call.get("http_status") == 200 for call in dicts):
-        return None
-    for call in dicts:
-        error = call.get("error")
-        if isinstance(error, str) and error:
-            return error[:MAX_CODE]
-        status = _int(call.get("http_status"))
-        if status is not None:
-            return f"http_{status}"
-    return "no_reply"
-
-
 def _tokens(calls: Sequence[Any], key: str) -> int | None:
     total: int | None = None
     for call in calls:
@@ -248,16 +223,15 @@ def _observation_fields(record: Mapping[str, Any] | None) -> dict[str, Any]:
     calls = record.get("model_calls")
     calls = calls if isinstance(calls, list) else []
     outcome = _str(record.get("outcome"))
-    died = outcome is not None and formats.status_of_outcome(outcome) == "died"
     cpu = _int(record.get("cpu_usage_nsec"))
     wall = _int(record.get("duration_ms"))
     run = kernel_run(record)
     failure = record.get("provider_failure")
     return {
         "outcome": outcome,
-        "death_cause": outcome if died else None,
+        "death_cause": running.death_kind(outcome),
         "exit_status": _int(record.get("exit_status")),
-        "model_failure": _model_failure(record, calls),
+        "model_failure": running.model_failure(record),
         "model_calls": len(calls),
         "tokens_in": _tokens(calls, "input_tokens"),
         "tokens_out": _tokens(calls, "output_tokens"),
@@ -429,17 +403,20 @@ def totals_of(summary: LineageSummary) -> Totals:
 # Status reads only the header; log, export and view read both.
 
 
-def _header_of(summary: LineageSummary, key: str, rows_sha256: str,
-               seal: CacheSeal) -> dict[str, Any]:
+def _header_of(totals: Totals, key: str, seal: CacheSeal, *, rows_sha256: str | None,
+               interrupted_usd: str | None = None, trailing_edits: int | None = None,
+               last_commit: str | None = None, sized: bool = False) -> dict[str, Any]:
+    """The sealed header. ``rows_sha256`` None: a header without rows (the totals the
+    kernel recorded, nothing derived), which status reads and ``_load_cache`` never takes
+    for a summary (no rows line has a digest of None), so log, export and view derive."""
     header: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA, "key": key, "columns": list(COLUMNS),
-        "lineage_head": summary.lineage_head, "observation_head": summary.observation_head,
-        "interrupted_usd": summary.interrupted_usd, "journal_heading": summary.journal_heading,
-        "trailing_edits": summary.trailing_edits, "generations": summary.generations,
-        "outcomes": summary.outcomes, "death_kinds": summary.death_kinds,
-        "model_failures": summary.model_failures, "spend_usd": str(summary.spend_usd),
-        "last_commit": summary.rows[-1].lineage_commit if summary.rows else None,
-        "rows_sha256": rows_sha256, "sized": summary.sized,
+        "lineage_head": totals.lineage_head, "observation_head": totals.observation_head,
+        "interrupted_usd": interrupted_usd, "journal_heading": totals.journal_heading,
+        "trailing_edits": trailing_edits, "generations": totals.generations,
+        "outcomes": totals.outcomes, "death_kinds": totals.death_kinds,
+        "model_failures": totals.model_failures, "spend_usd": str(totals.spend_usd),
+        "last_commit": last_commit, "rows_sha256": rows_sha256, "sized": sized,
     }
     header["sha256"] = _digest(header)
     return seal.sealed(header)
@@ -517,10 +494,24 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
         return
     rows = json.dumps([_POSITIONAL(row) for row in summary.rows],
                       separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    header = _header_of(summary, cache_key(paths), hashlib.sha256(rows).hexdigest(), seal)
+    header = _header_of(
+        totals_of(summary), cache_key(paths), seal,
+        rows_sha256=hashlib.sha256(rows).hexdigest(), interrupted_usd=summary.interrupted_usd,
+        trailing_edits=summary.trailing_edits, sized=summary.sized,
+        last_commit=summary.rows[-1].lineage_commit if summary.rows else None)
     write_cache(_cache_file(cache_dir, paths),
                 json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
                 + b"\n" + rows)
+
+
+def _store_totals(cache_dir: Path | None, paths: LineagePaths, totals: Totals) -> None:
+    """The recorded totals as a header without rows: the next status reads one small file."""
+    seal = None if cache_dir is None else cache_seal(cache_dir, create=True)
+    if cache_dir is None or seal is None:
+        return
+    header = _header_of(totals, cache_key(paths), seal, rows_sha256=None)
+    write_cache(_cache_file(cache_dir, paths),
+                json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
 
 
 # ---------------------------------------------------------------- derivation
@@ -614,14 +605,63 @@ def _head_ids(repo: Repo | None, obs_repo: Repo | None,
 def totals(paths: LineagePaths, cache_dir: Path | None = None, *,
            whole: tuple[str | None, str | None] = (None, None)) -> Totals:
     """The lineage's totals: the cache's header when its heads are today's (the rows
-    are not read), else from ``summarize`` (which extends or rebuilds the cache).
+    are not read), else those the kernel recorded in the newest observation
+    (``_recorded_totals``), else from ``summarize`` (which extends or rebuilds the cache).
     ``whole``: the heads observe has just read and found whole: today's heads (the refs
     are not read again, nor those objects checked again)."""
     cached = _load_totals(cache_dir, paths)
     now = whole if any(whole) else heads(paths)
     if cached is not None and (cached.lineage_head, cached.observation_head) == now:
         return cached
+    recorded = _recorded_totals(paths, whole)
+    if recorded is not None:
+        _store_totals(cache_dir, paths, recorded)
+        return recorded
     return totals_of(_guarded(paths, cache_dir, sized=False, whole=whole))
+
+
+_NOT_READ: tuple[type[BaseException], ...] = (StateError, *READ_ERRORS)
+
+
+def _recorded_totals(paths: LineagePaths,
+                     whole: tuple[str | None, str | None]) -> Totals | None:
+    """The totals the kernel recorded (physics release 4: ``running_totals`` in each
+    observation), read from the newest generation's observation alone, or None for the
+    whole derivation to decide. Believed only when that observation names the newest
+    generation commit of today's first-parent history (a commit id fixes the history
+    below it, so the record's count is today's) and its totals count exactly that many
+    generations; a lineage born before release 4, another instrument's, or one whose
+    records do not read or agree, is derived from every record as before. Discarded
+    attempts' spend (``interrupted/``) is added, as the derivation adds it."""
+    try:
+        repo = open_repo(paths.git_dir, bare=True)
+        obs_repo = open_repo(paths.observations)
+        head = repo.head(paths.branch, whole=whole[0]) if repo is not None else None
+        obs_head = (obs_repo.head(paths.observation_branch, whole=whole[1])
+                    if obs_repo is not None else None)
+        if repo is None or obs_repo is None or head is None or obs_head is None:
+            return None
+        newest = next((commit for commit in repo.first_parents(head)
+                       if formats.is_generation_subject(first_line(commit))), None)
+        parsed = formats.parse_generation_subject(first_line(newest)) if newest else None
+        if newest is None or parsed is None:
+            return None
+        record = obs_repo.json_or_none(obs_head.tree, formats.observation_path(parsed.number))
+        if not isinstance(record, dict) or record.get("lineage_commit") != str(newest.id):
+            return None
+        recorded = running.from_json(record.get(running.TOTALS_KEY))
+        problems: list[str] = []
+        interrupted = _interrupted_usd(obs_repo, obs_head.tree, problems)
+        if recorded is None or recorded.generations != parsed.number or problems:
+            return None
+        return Totals(
+            generations=recorded.generations, outcomes=dict(recorded.outcomes),
+            death_kinds=dict(recorded.death_kinds), model_failures=recorded.model_failures,
+            spend_usd=recorded.spend_usd + interrupted,
+            journal_heading=_journal_heading(repo, head),
+            lineage_head=str(head.id), observation_head=str(obs_head.id))
+    except _NOT_READ:  # the derivation names what does not read
+        return None
 
 
 def summarize(paths: LineagePaths, cache_dir: Path | None = None) -> LineageSummary:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pygit2
 
-from reconciler.kernel.base import formats
+from reconciler.kernel.base import formats, totals
 from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
@@ -66,10 +66,14 @@ class LineageBuilder:
         metadata: bool = True,
         observations: bool = True,
         paths: LineagePaths | None = None,
+        running_totals: bool = False,
     ) -> None:
         self.paths = paths or lineage_paths(root, name)
         self.identity = identity
         self.generation = 0
+        # ``running_totals``: each observation carries the lineage's totals through it, as
+        # physics release 4's kernel records them (``reconciler.kernel.base.totals``)
+        self.running = totals.RunningTotals() if running_totals else None
         self.journal = ""
         self.repo = pygit2.init_repository(
             str(self.paths.git_dir), bare=False, workdir_path=str(self.paths.worktree),
@@ -201,6 +205,9 @@ class LineageBuilder:
 
     def observe(self, n: int, commit: str, **kwargs: Any) -> str:
         record = self.record(n, commit, **kwargs)
+        if self.running is not None and totals.TOTALS_KEY not in record:
+            self.running = totals.advance(self.running, record)
+            record[totals.TOTALS_KEY] = totals.to_json(self.running)
         return self._observe({formats.observation_path(n): _json(record)},
                              formats.observation_subject(n, record["outcome"]))
 
