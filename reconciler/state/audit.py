@@ -31,10 +31,20 @@ The restored body after a death (``restored_organism``) is the kernel's rule,
 becomes the body of P's nearest first-parent ancestor whose organism.el exists and
 differs from P's (the original instrument's ``git rev-list -n 2 P -- organism.el``,
 which agrees wherever organism.el never went missing); with none, P's body stays.
+
+Running totals (physics release 4, ``kernel.base.totals``) are the kernel's rule too:
+an observation N that records ``running_totals`` must record exactly
+``to_json(advance(before, N))``, where ``before`` is observation N-1's totals when
+they read (``from_json``) and count N-1 generations, else the fold of ``advance``
+over observations 1..N-1 (a missing or invalid one counts as ``{}``: the audit reads
+nothing from an invalid record). A record without the key (before release 4) is
+not checked. A resumed audit reads the one earlier record N-1 it needs for its
+first new generation, all of them only when that record's totals do not read.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -47,7 +57,7 @@ from typing import Any, Literal
 
 import pygit2
 
-from reconciler.kernel.base import formats
+from reconciler.kernel.base import formats, totals
 from reconciler.kernel.base.config import (
     GENERATION_SCHEMA,
     JOURNAL_FILE,
@@ -116,6 +126,8 @@ CODES: Mapping[str, str] = {
     "observation-invalid": "an observation's schema or field types are invalid",
     "observation-rewritten": "the observation history modifies or deletes a recorded file",
     "overspend": "a generation's accounted model spend exceeds its recorded budget",
+    "running-totals-mismatch": "an observation's running_totals do not add up its lineage's "
+                               "observations through it (physics release 4)",
     "probe-record-commit": "a probe record names another commit than its generation's",
     "probe-record-digest": "a probe record's digest is not its probe's (argv, files, ceilings)",
     "probe-record-invalid": "a probe record is not a JSON object",
@@ -422,6 +434,17 @@ def observation_valid(record: Any, number: int) -> bool:
     return _budget(record) is not None
 
 
+def _valid_record(raw: bytes | None, number: int) -> dict[str, Any] | None:
+    """Observation ``number``'s record if it is valid, else None (nothing is read from it)."""
+    if raw is None:
+        return None
+    try:
+        record = _strict_json(raw)
+    except ValueError:
+        return None
+    return record if observation_valid(record, number) else None
+
+
 def accounted_spend(record: Mapping[str, Any]) -> Decimal:
     """The spend a generation's broker accounted (the kernel's one rule,
     ``formats.calls_spend``)."""
@@ -444,6 +467,8 @@ class _Audit:
     lineage_head: str | None = None
     observation_head: str | None = None
     observation_commits: int = 0
+    # when resumed: each generation's observation the earlier audit checked, unread
+    unread: dict[int, Callable[[], bytes | None]] = field(default_factory=dict)
 
     def find(self, code: str, generation: int | None = None) -> None:
         self.findings.append(Finding(code, self.name, generation))
@@ -692,6 +717,8 @@ class _Audit:
             if number is None or entry.type_str != "blob":
                 continue
             if checked.get(entry.name or "") == entry.id:
+                if number not in files:  # the one read again if a later record needs it
+                    self.unread[number] = functools.partial(_blob_bytes, repo, entry.id)
                 files.setdefault(number, []).append(None)
             else:
                 files.setdefault(number, []).append(_blob_bytes(repo, entry.id) or b"")
@@ -707,29 +734,32 @@ class _Audit:
         self.observations = sum(len(found) for found in files.values())
         for number in sorted(set(files) - set(generations)):
             self.find("observation-extra", number)
+        records: dict[int, dict[str, Any] | None] = {}  # read now (None: missing, invalid)
         for number, (commit_id, status) in sorted(generations.items()):
             found = files.get(number, [])
+            records[number] = None
             if not found:
                 self.find("observation-missing", number)
                 continue
             if len(found) > 1:
                 self.find("observation-duplicate", number)
             raw = found[0]
-            if raw is not None:  # None: the earlier audit checked this very file
-                self._observation(lineage_repo, head, number, commit_id, status, raw)
+            if raw is None:  # the earlier audit checked this very file
+                del records[number]
+            else:
+                records[number] = self._observation(
+                    lineage_repo, head, number, commit_id, status, raw)
+        self._running_totals(records)
 
     def _observation(
         self, repo: pygit2.Repository, head: pygit2.Oid, number: int,
         commit_id: pygit2.Oid, status: str | None, raw: bytes,
-    ) -> None:
-        try:
-            record = _strict_json(raw)
-        except ValueError:
-            record = None
-        if not observation_valid(record, number):
+    ) -> dict[str, Any] | None:
+        """Check one observation; its record if valid (None: ``observation-invalid``)."""
+        record = _valid_record(raw, number)
+        if record is None:
             self.find("observation-invalid", number)  # nothing else is read from it
-            return
-        assert isinstance(record, dict)
+            return None
         named = record["lineage_commit"]
         if named != str(commit_id):
             if self._ancestor(repo, head, named):
@@ -746,6 +776,36 @@ class _Audit:
         budget = _budget(record)
         if budget is not None and accounted_spend(record) > budget:
             self.find("overspend", number)
+        return record
+
+    def _running_totals(self, records: dict[int, dict[str, Any] | None]) -> None:
+        """Each record read now that holds ``running_totals`` holds exactly the kernel's
+        (module docstring). ``records``: generation -> its valid record, None when missing
+        or invalid; a generation the earlier audit checked is absent, read here only if a
+        later one needs it (``unread``)."""
+        checked = sorted(number for number, record in records.items()
+                         if record is not None and totals.TOTALS_KEY in record)
+        folded = [totals.RunningTotals()]  # folded[k]: advance over records 1..k
+
+        def record_of(number: int) -> Mapping[str, Any]:
+            if number not in records:
+                read = self.unread.get(number)
+                records[number] = _valid_record(read(), number) if read is not None else None
+            return records[number] or {}
+
+        for number in checked:
+            record = records[number]
+            assert record is not None
+            last = record_of(number - 1) if number > 1 else {}
+            before = totals.from_json(last.get(totals.TOTALS_KEY))
+            if before is None or before.generations != number - 1:
+                while len(folded) < number:
+                    folded.append(totals.advance(folded[-1], record_of(len(folded))))
+                before = folded[number - 1]
+            value = record[totals.TOTALS_KEY]
+            if (totals.from_json(value) is None
+                    or value != totals.to_json(totals.advance(before, record))):
+                self.find("running-totals-mismatch", number)
 
     @staticmethod
     def _ancestor(repo: pygit2.Repository, head: pygit2.Oid, named: str) -> bool:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.kernel.base import formats
+from reconciler.kernel.base import formats, totals
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.identity import OBJECT_ID
 from reconciler.kernel.transaction import publish
@@ -70,11 +70,11 @@ _version: str | None = None
 
 def audit_version() -> str:
     """The digest of the code whose rules a record vouches for: the audit, its integrity
-    pass and the kernel rules it applies."""
+    pass and the kernel rules it applies (running totals included, physics release 4)."""
     global _version
     if _version is None:
         digest = hashlib.sha256()
-        for module in (audit, audit_objects, formats, publish):
+        for module in (audit, audit_objects, formats, publish, totals):
             digest.update(Path(str(module.__file__)).read_bytes())
         _version = digest.hexdigest()
     return _version
