@@ -6,8 +6,8 @@ One command: `python bench/plan_bench.py [--lineages N] [--generations G] [--rou
 
 The fleet is synthetic but in docs/lineage-contract.md's formats (seed with metadata,
 `gen N:` commits with journal entries, `external edit` commits between some
-generations and at some heads, one observation per generation, clean
-worktrees). It is written with pygit2, so its objects are loose, as the
+generations and at some heads, one observation per generation (with physics release 4's
+running totals), clean worktrees). It is written with pygit2, so its objects are loose, as the
 kernel's are (pygit2 never packs; `--layout packed` repacks it as `git gc`
 would). It is built once and cached under the temp folder's ouro-bench/, keyed by the
 parameters; it is born under a fixed instrument (commit and fingerprint) that
@@ -63,7 +63,7 @@ BENCH_FINGERPRINT = "f" * 64
 PIN = ("import reconciler.state.instrument as i; "
        "i._fingerprint = lambda: " + repr(BENCH_FINGERPRINT)
        + "; from reconciler.cli import console_main; console_main()")
-FORMAT = 6  # bump when the fleet's layout changes
+FORMAT = 7  # bump when the fleet's layout changes
 STAMP = 1_700_000_000
 TARGET_SECONDS = 1.0
 TARGET_RATIO = 10.0
@@ -72,7 +72,7 @@ os.environ["OURO_INSTRUMENT_COMMIT"] = BENCH_COMMIT
 
 import pygit2  # noqa: E402
 
-from reconciler.kernel.base import formats  # noqa: E402
+from reconciler.kernel.base import formats, totals  # noqa: E402
 from reconciler.kernel.base.config import (  # noqa: E402
     GENERATION_SCHEMA,
     LINEAGE_SCHEMA,
@@ -172,6 +172,7 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
          "observation_branch": obs_branch,
          **{k: v for k, v in metadata.items() if k != "schema"}})})
     stamp = "2026-11-29T15:46:00+00:00"
+    running = totals.RunningTotals()
     for n in range(1, generations + 1):
         if n % 50 == 0:
             lineage.commit(formats.EXTERNAL_EDIT_SUBJECT, {"notes.txt": f"edit {n}\n".encode()})
@@ -208,6 +209,8 @@ def build_lineage(args: tuple[Path, str, int, int, str]) -> None:
                   "result_archive_bytes": 10240, "published_bytes": 100,
                   "published_files": 2, "provider": "echo", "model": "echo",
                   "constraints": constraints, "model_calls": [], "stderr_tail": []}
+        running = totals.advance(running, record)  # as physics release 4's kernel records
+        record[totals.TOTALS_KEY] = totals.to_json(running)
         observed.commit(formats.observation_subject(n, outcome),
                         {formats.observation_path(n): _json(record)})
     if index % 2:
