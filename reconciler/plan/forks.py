@@ -6,10 +6,9 @@ published); each refusal names its reason and what to do. Once born, a fork is a
 ordinary lineage: its ancestry is in its root metadata and the plan never reads its
 parent again.
 
-These reasons are the control plane's own: the kernel's list (``kernel.base.refusals``)
-is fixed by the physics release and grows only with the next one (docs/benchmarks.md,
-"What the next physics release should carry"); ``PLAN_REASONS`` is that list with these
-after it.
+These reasons are the control plane's own (the kernel never gives them, so they are not
+in its list, ``kernel.base.refusals``: docs/benchmarks.md, "Physics release 4");
+``PLAN_REASONS`` is that list with these after it.
 """
 
 from __future__ import annotations
