@@ -170,3 +170,17 @@ def test_the_cache_still_answers_first(tmp_path: Path, monkeypatch: pytest.Monke
     derived = _derived(builder)
     monkeypatch.setattr(summaries, "_recorded_totals", _refuse)
     assert summaries.totals(builder.paths, cache) == derived
+
+
+def test_damage_to_an_older_record_is_left_to_log_and_verify(tmp_path: Path) -> None:
+    """Status reads no older observation: the totals it shows were recorded as each
+    generation was; the derivation (log, export, view) still names the damage."""
+    builder = _grown(tmp_path)
+    before = _derived(builder)
+    builder._observe({formats.observation_path(1): b"{not json"}, "hand: damage gen 1")
+    shown = summaries.totals(builder.paths)
+    assert (shown.generations, shown.outcomes, shown.spend_usd) == (
+        before.generations, before.outcomes, before.spend_usd)
+    assert shown.problems == ()
+    derived = summaries.summarize(builder.paths)
+    assert derived.problems == (f"{formats.GENERATIONS_DIR}/0001.json is unreadable",)
