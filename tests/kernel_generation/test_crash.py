@@ -18,6 +18,8 @@ from reconciler.kernel.sandbox.ceilings import PARENT
 from reconciler.kernel.transaction import publish, recovery
 from reconciler.kernel.transaction.generation import KILL_POINT_ENV, KILL_POINTS, run_generation
 from reconciler.kernel.transaction.recovery import recover
+from reconciler.state import summaries
+from reconciler.state.audit import audit_lineage
 from tests.conftest import REPO_ROOT
 from tests.kernel_generation.helpers import (
     REAL_CEILINGS,
@@ -137,6 +139,14 @@ def test_sigkill_at_each_point_then_recover(born: Lineage, replay: Path, point: 
     assert assert_consistent(born) == generations + 1
     # a discarded attempt's reply is not consumed: the re-run gets the same one
     assert born.organism() == seed_text() + f";; v{generations + 1}\n"
+    # the running totals (physics release 4) survive the kill and its recovery: the next
+    # generation's agree with every record, a discarded attempt's spend added by status
+    assert born.observation(generations + 1)["running_totals"]["generations"] == (
+        generations + 1)
+    assert summaries._recorded_totals(born.paths, (None, None)) == summaries.totals_of(
+        summaries.summarize(born.paths))
+    assert "running-totals-mismatch" not in {
+        finding.code for finding in audit_lineage(born.paths, "test").findings}
 
 
 def test_killed_while_the_organism_runs(born: Lineage, tmp_path: Path) -> None:
