@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -157,7 +156,7 @@ def test_a_sandbox_that_cannot_run_is_said_so_and_nothing_is_recorded(
 
 
 def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
-    paths, _ = lineage(tmp_path, 20)
+    paths, commits = lineage(tmp_path, 20)
     resolved = resolve(probe())
     for attempt in range(2):
         child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
@@ -173,7 +172,10 @@ def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Pa
     assert stored.coverage(paths) == {resolved.digest: frozenset(range(1, 21))}
     messages = branch_commits(paths)
     assert len(messages) == 20 and len(set(messages)) == 20  # each generation once
-    assert all(json.dumps(r.record["metrics"]) for r in stored.records(paths))
+    # each record is its own generation's measurement (gen n has n + 2 defuns)
+    assert [(r.generation, r.record["commit"], r.record["metrics"])
+            for r in stored.records(paths)] == [
+        (n + 1, commits[n], {"defuns": 3 + n, "ok": True}) for n in range(20)]
 
 
 @pytest.mark.slow  # 200 generations measured, killed three times on the way

@@ -43,11 +43,16 @@ from reconciler.ownfiles import private_folder
 from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
-from reconciler.state.conditions import CONTROLLER_DIR, LineageConditions, read_status
+from reconciler.state.conditions import (
+    CONTROLLER_DIR,
+    Condition,
+    LineageConditions,
+    read_status,
+)
 from reconciler.state.failures import died_streak
 from reconciler.state.fleet import summary_cache_dir
 
-__all__ = ["Controller", "ControllerSettings"]
+__all__ = ["Controller", "ControllerSettings", "newly_refused"]
 
 _LOOK_BACK = 50  # commits searched for the last good revision at start
 
@@ -79,11 +84,26 @@ class _Own:
     budget: dict[str, Any] | None = None
 
 
+def newly_refused(before: dict[str, Condition | None],
+                  after: dict[str, LineageConditions]) -> list[tuple[str, Condition]]:
+    """The lineages whose Stalled condition became a refusal (or another refusal) between
+    two passes: each is notified once, not again while it stays refused the same way."""
+    found: list[tuple[str, Condition]] = []
+    for name, view in after.items():
+        was, now = before.get(name), view.get("Stalled")
+        if now is not None and now.status == "True" and now.reason in REASONS and (
+                was is None or was.status != "True" or was.reason != now.reason):
+            found.append((name, now))
+    return found
+
+
 class Controller:
     def __init__(self, settings: ControllerSettings, reporter: Reporter,
                  say: Callable[[str], None],
-                 reload: Callable[[], ControllerSettings] | None = None) -> None:
+                 reload: Callable[[], ControllerSettings] | None = None,
+                 clock: conditions.Clock = conditions.now) -> None:
         self.settings = settings
+        self.clock = clock  # the times it stamps (tests fake it)
         self.reporter, self.say = reporter, say
         self._reload = reload
         self.state = resolve_state_dir(settings.state_dir)
@@ -115,7 +135,8 @@ class Controller:
             self.notifier.start()
             previous = read_status(self.state)
             self.passes = Passes(self.state, instrument.current(), self.reporter, self._heard,
-                                 views=dict(previous.lineages) if previous else {})
+                                 views=dict(previous.lineages) if previous else {},
+                                 clock=self.clock)
             self.say(f"ouro controller: pid {os.getpid()}: {self.source.url} branch "
                      f"{self.settings.branch}, path {self.settings.path}, every "
                      f"{self.settings.interval:g}s, state dir {self.state}")
@@ -223,7 +244,7 @@ class Controller:
     def _error(self, message: str) -> None:
         self._failed = True
         same = self.own.last_error is not None and self.own.last_error["message"] == message
-        self.own.last_error = {"message": message, "at": conditions.now()}
+        self.own.last_error = {"message": message, "at": self.clock()}
         self.say(message)
         if not same:
             self.notifier.send("controller-error", message, **self._where())
@@ -286,7 +307,7 @@ class Controller:
                      f"({len(self.specs)} lineage{'' if len(self.specs) == 1 else 's'})")
 
     def _bad(self, commit: str, problem: str) -> None:
-        self.own.bad_commit = {"commit": commit, "message": problem, "at": conditions.now()}
+        self.own.bad_commit = {"commit": commit, "message": problem, "at": self.clock()}
         kept = (f"still reconciling {self.own.revision[:12]}" if self.own.revision
                 else "no good revision yet")
         text = (f"ouro controller: bad commit {commit[:12]} of {self.settings.branch}: "
@@ -306,13 +327,10 @@ class Controller:
         self.passes.limits = None
         if budget is not None:
             self._spent(budget, result.budget_blocked)
-        for name, view in self.passes.views.items():
-            was, now = before.get(name), view.get("Stalled")
-            if now is not None and now.status == "True" and now.reason in REASONS and (
-                    was is None or was.status != "True" or was.reason != now.reason):
-                self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
-                                   f"{now.message}", lineage=name, reason=now.reason,
-                                   message=now.message, **self._where())
+        for name, now in newly_refused(before, self.passes.views):
+            self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
+                               f"{now.message}", lineage=name, reason=now.reason,
+                               message=now.message, **self._where())
         return result.cut_by_deadline
 
     def _budget(self) -> DailyBudget | None:
@@ -400,7 +418,8 @@ class Controller:
                 continue
             places = default_places(self.state / name, name)
             if places.git_dir.is_dir() and places.observations.is_dir():
-                found[name] = conditions.orphaned(name, None, self.passes.views.get(name))
+                found[name] = conditions.orphaned(name, None, self.passes.views.get(name),
+                                                  self.clock)
         return found
 
     def _write(self) -> None:

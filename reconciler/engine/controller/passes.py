@@ -92,6 +92,7 @@ class Passes:
     held: dict[str, _Key] = field(default_factory=dict)  # stopped for a person as of this key
     views: dict[str, LineageConditions] = field(default_factory=dict)
     limits: PassLimits | None = None  # of the pass running now (signals reach it)
+    clock: conditions.Clock = conditions.now  # stamps the conditions' transitions
 
     def forget(self) -> None:
         """Observe everything again at the next pass (SIGHUP)."""
@@ -190,4 +191,5 @@ class Passes:
             suspended=suspended(spec), stalled_reason=stalled[0] if stalled else None,
             stalled_message=stalled[1] if stalled else "",
             running=bool(result and result.generations_run))
-        self.views[spec.name] = conditions.derive(view, self.views.get(spec.name))
+        self.views[spec.name] = conditions.derive(view, self.views.get(spec.name),
+                                                   self.clock)
