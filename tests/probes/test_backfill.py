@@ -158,15 +158,23 @@ def test_a_sandbox_that_cannot_run_is_said_so_and_nothing_is_recorded(
 def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
     paths, commits = lineage(tmp_path, 20)
     resolved = resolve(probe())
-    for attempt in range(2):
+    def measured() -> int:
+        return len(stored.coverage(paths).get(resolved.digest, frozenset()))
+
+    for _attempt in range(2):
         child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
                                  cwd=Path(__file__).resolve().parents[2],
                                  start_new_session=True)
-        time.sleep(random.uniform(0.3, 1.5))
+        # killed at a random point once it has recorded one more generation (a kill
+        # before any record would leave nothing to resume from)
+        start, deadline = measured(), time.monotonic() + 60
+        while measured() == start and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(random.uniform(0, 0.3))
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-        del attempt
-    before = len(stored.coverage(paths).get(resolved.digest, frozenset()))
+    before = measured()
+    assert 0 < before < 20, before  # it progressed, and was cut off
     done = measure_missing(paths, [resolved], parallel=2)
     assert done.errors == [] and done.records == 20 - before
     assert stored.coverage(paths) == {resolved.digest: frozenset(range(1, 21))}
