@@ -27,7 +27,7 @@ from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
-from reconciler.engine.probe import Prober, ProbeResult, probe
+from reconciler.engine.provider_check import Prober, ProbeResult, probe
 from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig

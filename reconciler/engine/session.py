@@ -36,7 +36,7 @@ from reconciler.engine.audits import AuditBatches
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
 from reconciler.engine.fleet import Fleet
-from reconciler.engine.probe import Prober
+from reconciler.engine.provider_check import Prober
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.ownfiles import private_folder
 from reconciler.plan import LineagePlan, Plan

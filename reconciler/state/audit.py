@@ -88,7 +88,6 @@ __all__ = [
     "Resume",
     "accounted_spend",
     "audit_lineage",
-    "audit_lineages",
     "exception_class_name",
     "observation_valid",
     "restored_organism",
@@ -959,10 +958,6 @@ def audit_lineage(paths: LineagePaths, name: str | None = None,
         observation_commits=audit.observation_commits,
         ancestry=ancestry,
     )
-
-
-def audit_lineages(items: Iterable[tuple[str, LineagePaths]]) -> list[LineageAudit]:
-    return [audit_lineage(paths, name) for name, paths in items]
 
 
 def _elapsed_ms(started: float) -> int:

@@ -12,7 +12,7 @@ from typing import get_args
 
 import pytest
 
-from reconciler.engine import probe
+from reconciler.engine import provider_check as probe
 from reconciler.kernel.base import config, identity, refusals, registry
 from reconciler.kernel.base.errors import DamageError, DriftError
 from reconciler.kernel.broker import door, providers

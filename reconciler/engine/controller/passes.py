@@ -27,7 +27,7 @@ from reconciler.engine.controller.budget import DailyBudget, PassLimits
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import make_executor
 from reconciler.engine.fleet import Fleet
-from reconciler.engine.probe import Prober
+from reconciler.engine.provider_check import Prober
 from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan
 from reconciler.plan.planner import suspended

@@ -1,4 +1,5 @@
-"""Probe a provider before a generation is spent on it: one free, authenticated request.
+"""The provider check: before a generation is spent on a provider, one free,
+authenticated request (not a spec probe: those are ``engine.probes``).
 
 Rule: a wrong key, a host that does not answer, a TLS or DNS failure costs
 nothing but this request, and the lineage is refused before anything is
@@ -201,8 +202,3 @@ class Prober:
             self._results[key] = result
             self._pending.pop(key).set()
         return result
-
-    @property
-    def probes_made(self) -> int:
-        with self._mutex:
-            return len(self._results)

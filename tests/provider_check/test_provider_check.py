@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine.probe import Prober, ProbeResult, probe
+from reconciler.engine.provider_check import Prober, ProbeResult, probe
 from reconciler.kernel.base.config import ModelConfig, Price
 from tests.conftest import REPO_ROOT
 from tests.fakes.provider_server import (
@@ -137,7 +137,7 @@ def test_tls_to_a_plain_http_server_refuses_as_tls() -> None:
 IN_NO_NETWORK = """
 import json, sys
 from decimal import Decimal
-from reconciler.engine.probe import probe
+from reconciler.engine.provider_check import probe
 from reconciler.kernel.base.config import ModelConfig, Price
 model = ModelConfig(provider="anthropic", name="m", base_url="https://no-such-host.invalid",
                     api_key_env="OURO_PROBE_KEY", price=Price(Decimal(1), Decimal(1)))
@@ -228,8 +228,8 @@ def _peak_rss_of_a_probe(url: str) -> tuple[int, str]:
     """Probe ``url`` in a fresh interpreter; its peak RSS in KiB and the probe's message."""
     code = (
         "import resource, sys\n"
-        "from tests.probe.test_probe import model\n"
-        "from reconciler.engine.probe import probe\n"
+        "from tests.provider_check.test_provider_check import model\n"
+        "from reconciler.engine.provider_check import probe\n"
         "found = probe(model('openai-compatible', sys.argv[1]), None)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
         "print(found.code, found.message[:300])\n")
