@@ -84,6 +84,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         (_TRANSITIONS + "test_a_refusal_is_notified_when_it_starts_or_changes",),
         "a refusal notified at every pass it lasts"),
     Mutation(
+        "done-by-spec-unsaid", _CONTROLLER + "loop.py",
+        "        for name, stop in newly_done(ready, self.passes.done_by_spec):",
+        "        for name, stop in []:",
+        ("tests/controller/test_notify_lineages.py::"
+         "test_a_lineage_done_because_its_spec_changed_is_notified",),
+        "a lineage done because its spec changed is not notified (no engine event says it)"),
+    Mutation(
+        "done-by-spec-said-again", _CONTROLLER + "loop.py",
+        'was.status != "True" or was.reason != "done")]', "True)]",
+        (_TRANSITIONS + "test_a_lineage_done_because_its_spec_changed_is_said_once",),
+        "a lineage done by its spec said again at every pass"),
+    Mutation(
         "reason-moves-the-time", _CONTROLLER + "conditions.py",
         "old.last_transition if old is not None and old.status == status else at",
         "old.last_transition if old is not None and old.status == status "

@@ -125,14 +125,16 @@ def apply_command(
             "--lock-timeout", min=0, help="seconds to wait for a lineage held by another apply"
         ),
     ] = 60.0,
-    no_probe: Annotated[
+    no_provider_check: Annotated[
         bool,
         typer.Option(
-            "--no-probe",
-            help="skip the free authenticated request to each provider before its first "
-            "generation (for a server that dislikes it)",
+            "--no-provider-check",
+            help="skip the provider check: the free authenticated request to each provider "
+            "before its first generation (for a server that dislikes it)",
         ),
     ] = False,
+    no_probe: Annotated[  # the old name of --no-provider-check (spec probes are not it)
+        bool, typer.Option("--no-probe", hidden=True)] = False,
     as_json: Json = False,
     state_dir: StateDir = None,
     executor: ExecutorOption = "local",
@@ -153,7 +155,7 @@ def apply_command(
         max_generations=max_generations,
         lock_timeout=lock_timeout,
         executor=executor,
-        probe=not no_probe,
+        probe=not (no_provider_check or no_probe),
     )
     if as_json:
         reporter: PlainReporter = SilentReporter()

@@ -128,7 +128,7 @@ def controller_command(
     """Reconcile a spec repository's branch continuously: apply each new good commit, keep
     lineages growing, report conditions and notify transitions (docs/controller.md)."""
     from reconciler.engine.controller.loop import Controller
-    from reconciler.report.progress import PlainReporter
+    from reconciler.report.progress import CONTROLLER_STATUS, PlainReporter
 
     _ = ExecutorOption  # the same choices as apply's --executor
     given = {"repo": repo, "branch": branch, "path": path, "interval": interval,
@@ -146,7 +146,8 @@ def controller_command(
         except typer.BadParameter as error:
             raise OuroError(f"ouro controller: --settings {settings_file}: {error}") from error
 
-    controller = Controller(settings, PlainReporter(sys.stderr), say, reload)
+    controller = Controller(settings, PlainReporter(sys.stderr, told=CONTROLLER_STATUS), say,
+                            reload)
     raise SystemExit(controller.run())
 
 

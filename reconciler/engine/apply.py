@@ -247,10 +247,10 @@ class Engine:
     events: EventLog
     lock_timeout: float
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
-    prober: Prober | None = None  # None: --no-probe
+    prober: Prober | None = None  # None: --no-provider-check
     probe_parallel: int = 1  # measurements at a time (apply's --parallel)
     # After a generation whose every call failed retryably, the provider is probed again
-    # (uncached, even under --no-probe) before the next one starts.
+    # (uncached, even under --no-provider-check) before the next one starts.
     recheck: Callable[[ModelConfig, str | None], ProbeResult] = field(
         default_factory=lambda: probe)
 
@@ -417,7 +417,7 @@ class Engine:
                          code=found.code, http_status=found.http_status, message=found.message)
         result.errors.append(
             f"ouro: lineage {spec.name}: {found.message}; nothing was created or run: "
-            f"{found.remedy or 'fix the provider'} (or pass --no-probe)")
+            f"{found.remedy or 'fix the provider'} (or pass --no-provider-check)")
         return True
 
     def _still_down(self, spec: LoadedSpec, done: int, failure: Any,

@@ -91,7 +91,7 @@ def _transport_failure(model: ModelConfig, url: str, error: Exception,
         return ProbeResult(False, "timeout",
                            f"{where}: no answer within {PROBE_TIMEOUT_SECONDS:.0f}s ({text})",
                            "check that the server is up and reachable from here "
-                           "(or pass --no-probe)")
+                           "(or pass --no-provider-check)")
     return ProbeResult(False, "unreachable", f"{where}: cannot connect ({text})",
                        "check that the server is running and base_url is right")
 
@@ -197,7 +197,7 @@ class Prober:
         except Exception as error:  # a bug here must not take the apply down
             result = ProbeResult(False, "internal",
                                  f"provider {model.provider}: the probe failed "
-                                 f"({type(error).__name__})", "run with --no-probe")
+                                 f"({type(error).__name__})", "run with --no-provider-check")
         with self._mutex:
             self._results[key] = result
             self._pending.pop(key).set()

@@ -111,6 +111,7 @@ def test_a_refused_key_is_found_by_the_probe_and_nothing_is_created(
 
 FINAL = [
     pytest.param("anthropic", anthropic_error(401, "authentication_error", "invalid x-api-key"),
+                 # --no-probe: the old name of --no-provider-check, still taken
                  "auth", 401, ["--no-probe"], id="anthropic-401-without-probe"),
     pytest.param("openai", openai_error(429, "insufficient_quota",
                                         "You exceeded your current quota, please check your "
@@ -188,7 +189,8 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
     assert "gen 1: 503, retry in" in first.stderr and "(2/6)" in first.stderr
     assert "2 generations in a row had every model call fail" in first.stdout  # the summary
     assert "2 generations in a row" not in first.stderr  # said once: stderr points to it
-    assert "flaky: stopped (failed-generations); the summary says why" in first.stderr
+    assert ("flaky: stopped (failed-generations); apply's summary (on stdout, at the end) "
+            "says why") in first.stderr
     paths = lineage_paths(tmp_path / "state", "flaky")
     # the run of failures goes on across applies: the next apply tries once more, then stops
     assert second.returncode == 1
@@ -248,7 +250,7 @@ def test_an_unset_key_variable_is_refused_by_the_plan_and_never_named_as_refused
         assert not (tmp_path / "state" / "local.git").exists()
         compatible_spec(specs, "local", fake.url + "/v1", None)
         probed = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-        unprobed = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+        unprobed = run_ouro("apply", "--yes", "--json", "--no-provider-check", str(specs), env=env)
     assert plan.returncode == 1
     words = ("api_key_env names FAKE_KEY, which is not set here, so no key would be sent: "
              "set FAKE_KEY, or write `api_key_env: null` for a server that takes no key")
@@ -272,7 +274,8 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
     that meets the outage fails every call (retryably) and is history; before the next one
     apply probes again, finds nothing listening, stops the lineage (provider-unavailable)
     and exits 1, naming the lineage that spent a generation on failures. The next apply,
-    even with --no-probe, probes first and runs nothing while the provider is still down."""
+    even with --no-provider-check, probes first and runs nothing while the provider is still
+    down."""
     gone = threading.Event()
 
     def handler(seen: Seen, number: int) -> Reply:
@@ -288,7 +291,7 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
                   extra="request_timeout: 5s")
         write_spec(specs, "calm", 1)
         first = run_ouro("apply", "--yes", str(specs), env=env)
-        second = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+        second = run_ouro("apply", "--yes", "--json", "--no-provider-check", str(specs), env=env)
         plan = run_ouro("plan", str(specs), env=env)
     assert [s.method for s in fake.requests] == ["GET"]  # the probe, then nothing listened
     assert first.returncode == 1, first.stdout + first.stderr

@@ -61,6 +61,9 @@ def test_each_transition_is_notified_once_in_order(spec_repo: SpecRepo, state: P
     stopped, refused, broken = (by_event[e] for e in ("lineage-stopped", "refused", "bad-commit"))
     assert stopped["lineage"] == "denied" and stopped["reason"] == "permission"
     assert "denied stopped after gen 1 (permission)" in stopped["text"]
+    # the progress names where the reason is said (the controller prints no summary)
+    assert ("denied: stopped (permission); `ouro status` (the lineage's conditions) says "
+            "why") in running.output()
     assert refused["lineage"] == "pinned" and refused["reason"] == "kernel-unavailable"
     assert broken["commit"] == bad and "specs/broken.yaml:" in broken["text"]
     assert all(item["kind"] == "ouro-controller-event" and item["at"] for item in hook.received)

@@ -18,8 +18,14 @@ import pytest
 
 from reconciler.engine.controller import conditions
 from reconciler.engine.controller.conditions import LineageView
-from reconciler.engine.controller.loop import Controller, ControllerSettings, newly_refused
+from reconciler.engine.controller.loop import (
+    Controller,
+    ControllerSettings,
+    newly_done,
+    newly_refused,
+)
 from reconciler.engine.controller.source import SourceError
+from reconciler.plan.probes import UntilStop
 from reconciler.state.conditions import Condition, LineageConditions
 
 
@@ -228,3 +234,30 @@ def test_a_refusal_is_notified_when_it_starts_or_changes(was: str | None, now: s
     before = {"x": _stalled(was).get("Stalled")} if was is not None else {}
     found = newly_refused(before, {"x": _stalled(now)})
     assert [name for name, _ in found] == (["x"] if notified else [])
+
+
+def _ready(reason: str | None) -> Condition | None:
+    if reason is None:
+        return None
+    return Condition("Ready", "True" if reason in ("in-sync", "done") else "False", reason,
+                     "", T[0])
+
+
+STOP = UntilStop("target-reached", 2, "gen 2 measured defuns.defuns = 2, at least 1")
+
+# Ready before the pass (absent: first seen in this pass); done by its spec in this pass?
+DONE_ROWS = [
+    ("in-sync", True, True),  # a changed until now holds: said
+    ("extend", True, True),
+    ("done", True, False),  # done already (by the engine's stop, said then): not again
+    ("absent", True, False),  # first seen (no previous document): not said
+    ("in-sync", False, False),  # not done
+]
+
+
+@pytest.mark.parametrize(("was", "done", "said"), DONE_ROWS)
+def test_a_lineage_done_because_its_spec_changed_is_said_once(was: str, done: bool,
+                                                              said: bool) -> None:
+    before = {} if was == "absent" else {"x": _ready(was)}
+    found = newly_done(before, {"x": STOP} if done else {})
+    assert found == ([("x", STOP)] if said else [])

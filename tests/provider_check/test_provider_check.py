@@ -220,7 +220,7 @@ def test_a_probe_bug_refuses_instead_of_raising() -> None:
         raise RuntimeError("bug")
 
     found = Prober(broken).check(model("openai", "http://127.0.0.1:1/v1"), KEY)
-    assert not found.ok and "--no-probe" in found.remedy
+    assert not found.ok and "--no-provider-check" in found.remedy
 
 
 
@@ -254,3 +254,14 @@ def test_a_compressed_bomb_is_never_inflated() -> None:
         assert fake.requests[0].headers["accept-encoding"] == "identity"
     assert message.startswith("key-refused"), message
     assert peak - baseline < 64 << 10, f"the probe grew by {(peak - baseline) >> 10} MiB"
+
+
+def test_the_flag_that_skips_it_is_named_for_it_and_the_old_name_is_hidden() -> None:
+    import os
+
+    from tests.apply.helpers import run_ouro
+
+    shown = run_ouro("apply", "--help", env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "--no-provider-check" in shown.stdout and "the provider check" in shown.stdout
+    assert "--no-probe" not in shown.stdout  # still taken (tests/apply/test_model_failures)

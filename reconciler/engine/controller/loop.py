@@ -40,6 +40,7 @@ from reconciler.engine.fleet import Fleet
 from reconciler.errors import OuroError
 from reconciler.kernel.base.refusals import REASONS
 from reconciler.ownfiles import private_folder
+from reconciler.plan.probes import UntilStop
 from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
@@ -52,7 +53,7 @@ from reconciler.state.conditions import (
 from reconciler.state.failures import died_streak
 from reconciler.state.fleet import summary_cache_dir
 
-__all__ = ["Controller", "ControllerSettings", "newly_refused"]
+__all__ = ["Controller", "ControllerSettings", "newly_done", "newly_refused"]
 
 _LOOK_BACK = 50  # commits searched for the last good revision at start
 
@@ -95,6 +96,16 @@ def newly_refused(before: dict[str, Condition | None],
                 was is None or was.status != "True" or was.reason != now.reason):
             found.append((name, now))
     return found
+
+
+def newly_done(before: dict[str, Condition | None],
+               done: dict[str, UntilStop]) -> list[tuple[str, UntilStop]]:
+    """The lineages a pass found done by ``spec.until`` (``done``) that were not done
+    before it (``before``: each known lineage's Ready condition): a changed spec made the
+    condition hold, no generation ran, so no engine event said it. A lineage first seen
+    in this pass (a controller without its previous document) is not said."""
+    return [(name, stop) for name, stop in done.items() if name in before and (
+        (was := before[name]) is None or was.status != "True" or was.reason != "done")]
 
 
 class Controller:
@@ -321,6 +332,7 @@ class Controller:
         assert self.passes is not None
         budget = self._budget()
         before = {name: view.get("Stalled") for name, view in self.passes.views.items()}
+        ready = {name: view.get("Ready") for name, view in self.passes.views.items()}
         result = self.passes.run(self.specs, executor=self.settings.executor,
                                  parallel=self.settings.parallel,
                                  interval=self.settings.interval, budget=budget)
@@ -331,6 +343,12 @@ class Controller:
             self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
                                f"{now.message}", lineage=name, reason=now.reason,
                                message=now.message, **self._where())
+        for name, stop in newly_done(ready, self.passes.done_by_spec):
+            self.notifier.send(
+                "target-reached", f"ouro: lineage {name} is done at gen {stop.generation} "
+                f"({stop.code}) since its spec changed; no generation ran: {stop.message}",
+                lineage=name, generation=stop.generation, reason=stop.code,
+                message=stop.message, spec_changed=True, **self._where())
         return result.cut_by_deadline
 
     def _budget(self) -> DailyBudget | None:

@@ -31,6 +31,7 @@ from reconciler.engine.provider_check import Prober
 from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan
 from reconciler.plan.planner import suspended
+from reconciler.plan.probes import UntilStop
 from reconciler.spec.load import LoadedSpec
 from reconciler.state.conditions import LineageConditions
 from reconciler.state.fleet import audit_record_dir
@@ -91,6 +92,9 @@ class Passes:
     settled: dict[str, _Key] = field(default_factory=dict)  # finished as of this key
     held: dict[str, _Key] = field(default_factory=dict)  # stopped for a person as of this key
     views: dict[str, LineageConditions] = field(default_factory=dict)
+    # the lineages this pass found done by their spec.until without running any (the
+    # condition became true because the spec changed): the controller notifies them
+    done_by_spec: dict[str, UntilStop] = field(default_factory=dict)
     limits: PassLimits | None = None  # of the pass running now (signals reach it)
     clock: conditions.Clock = conditions.now  # stamps the conditions' transitions
 
@@ -110,6 +114,7 @@ class Passes:
             interval: float, budget: DailyBudget | None) -> PassResult:
         """One pass over ``specs``: plan the lineages that may have moved, run the pending."""
         fleet = self.fleet()
+        self.done_by_spec = {}
         fleet.store  # noqa: B018  (checked once a pass, refused if others can write it)
         keys = {spec.name: self._key(spec) for spec in specs}
         stale = [spec for spec in specs if self.settled.get(spec.name) != keys[spec.name]]
@@ -180,6 +185,8 @@ class Passes:
                     self.held[spec.name] = key
             elif result.errors:
                 stalled = ("error", result.errors[-1])
+        if result is None and item.action == "done" and item.until is not None:
+            self.done_by_spec[spec.name] = item.until
         if stalled is None and budget_blocked and action in ("create", "extend", "recover"):
             stalled = ("daily-budget", budget_blocked)
         if action in _FINISHED and stalled is None:
