@@ -27,8 +27,6 @@ __all__ = ["LineageView", "derive", "now", "orphaned", "write"]
 
 _FINISHED = ("in-sync", "ahead", "done")
 _PENDING = ("create", "extend", "recover")
-# stop codes that are a lineage reaching its goal, not a fault
-_GOAL_STOPS = ("target-reached", "plateau")
 
 
 def now() -> str:
