@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml.nodes import Node
-
 from reconciler.errors import Problem, SpecError
 from reconciler.spec import API_VERSION, KIND, SET_KIND, LineageSpec, ModelSpec, places, units
 from reconciler.spec.fork_parents import state_dir_or_none, with_parents
@@ -46,7 +44,7 @@ from reconciler.spec.sources import (
     collect,
     read_text,
 )
-from reconciler.spec.yamldocs import MAX_ALIAS_NODES, MAX_FLOW_DEPTH, documents
+from reconciler.spec.yamldocs import MAX_ALIAS_NODES, MAX_FLOW_DEPTH, Parsed, documents
 from reconciler.statedir import state_dir  # the rule lives there; re-exported (public API)
 
 __all__ = [
@@ -64,15 +62,19 @@ __all__ = [
 _resolve_state_dir = state_dir  # ``load_specs``' own parameter is named state_dir
 
 
-def _validate(source: Source, index: int, node: Node, value: Any,
-              problems: list[Problem]) -> list[Document]:
-    """One document: a Lineage, or a LineageSet's members (``set_members``)."""
-    shown = source.shown
+def _validate(source: Source, parsed: Parsed, problems: list[Problem]) -> list[Document]:
+    """One document: a Lineage, or a LineageSet's members (``set_members``).
+
+    A document that is not an ouro spec (no mapping, no ``apiVersion: ouro/v1``, no
+    kind of ours) is named by its place and what it lacks, never by its values or keys:
+    it may be any file (an environment file of keys), and the message may go anywhere
+    (a webhook, a CI log)."""
+    node, value, shown = parsed.node, parsed.value, source.shown
     if not isinstance(value, dict):
         problems.append(problem(
             shown, *mark(node), "",
             "a spec document is a mapping with apiVersion, kind, metadata and spec, not "
-            f"{units.describe(value)}",
+            f"{units.kind(value)}",
         ))
         return []
     header_problems = len(problems)
@@ -85,13 +87,15 @@ def _validate(source: Source, index: int, node: Node, value: Any,
                                     f"{wanted})"))
         elif value[field] not in expected:
             problems.append(problem(shown, *locate(node, (field,), key=False), field,
-                                    f"must be {wanted}, not {units.describe(value[field])}"))
+                                    f"must be {wanted}; this file says another value "
+                                    f"({units.kind(value[field])})"))
     if len(problems) > header_problems:
-        return []  # not an ouro spec: its other fields would only be noise
+        return []  # not an ouro spec: its other fields would only be noise (or secrets)
+    problems.extend(parsed.duplicates)
     if value["kind"] == SET_KIND:
-        return validate_set(source, index, node, value, problems)
+        return validate_set(source, parsed.index, node, value, problems)
     spec = validated(LineageSpec, source, node, value, problems, plain_place)
-    return [] if spec is None else [Document(source, index, node, spec)]
+    return [] if spec is None else [Document(source, parsed.index, node, spec)]
 
 
 def _absolute(base: Path, path: Path) -> Path:
@@ -192,8 +196,8 @@ def load_specs(paths: Sequence[Path], *, state_dir: Path | None = None) -> list[
         text = read_text(source, problems)
         if text is None:
             continue
-        for index, node, value in documents(source, text, problems):
-            found.extend(_validate(source, index, node, value, problems))
+        for parsed in documents(source, text, problems):
+            found.extend(_validate(source, parsed, problems))
     found, loaded, default_dir = _resolved(found, state_dir, problems)
     check_unique(found, loaded, problems)
     check_places(found, loaded, problems, default_dir or state_dir_or_none(state_dir))

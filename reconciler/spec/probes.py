@@ -30,6 +30,7 @@ from pydantic import (
 
 from reconciler.spec import units
 from reconciler.spec.fieldtypes import Strict, cpu_share
+from reconciler.spec.links import link_between, link_problem
 from reconciler.spec.names import METRIC_NAME, PROBE_NAME
 
 __all__ = [
@@ -207,6 +208,10 @@ class ProbeSpec(Strict):
         if base is None:
             return value
         folder = Path(os.path.normpath(value if value.is_absolute() else Path(base) / value))
+        link = link_between(Path(os.path.abspath(base)), folder)
+        if link is not None:
+            raise ValueError(f"the probe files folder {str(folder)!r} is reached through a "
+                             "link: " + link_problem(str(link), "folder"))
         problem = confined_problem(folder, Path(base), "probe files folder")
         if problem is not None:
             raise ValueError(problem)

@@ -11,7 +11,9 @@ parser itself refuses -- named by its kind and place, never by quoting the text.
 from __future__ import annotations
 
 import importlib.util
+import re
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -23,7 +25,7 @@ from reconciler.errors import Problem
 from reconciler.spec.positions import MERGE_TAG, children, mark, problem
 from reconciler.spec.sources import Source
 
-__all__ = ["HAVE_LIBYAML", "MAX_ALIAS_NODES", "MAX_FLOW_DEPTH", "documents"]
+__all__ = ["HAVE_LIBYAML", "MAX_ALIAS_NODES", "MAX_FLOW_DEPTH", "Parsed", "documents"]
 
 MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in flow nesting: refuse before parsing
 # Aliases and merge keys (<<) may add at most this many nodes to a document beyond those
@@ -72,26 +74,41 @@ def _position_of_offset(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
+# What ruamel's messages quote of the text: an alias, a tag, a character, a token
+# ('x', "x"). Kept: its token names ('<block end>') and one punctuation or white-space
+# character (',', ']', '\t'), the grammar's own words; nothing else of the text.
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+_GRAMMAR = re.compile(r"'(<[a-z ]+>|[^\w\s'\\]|\\[a-z])'")
+
+
+def _kind_only(text: object) -> str:
+    """ruamel's wording of a problem with every quote of the file's text removed."""
+    kept = _QUOTED.sub(lambda m: m.group(0) if _GRAMMAR.fullmatch(m.group(0)) else "",
+                       str(text))
+    return " ".join(kept.split())
+
+
 def _yaml_problem(source: Source, text: str, error: Exception) -> Problem:
+    """The parser's problem: its place and its kind, never the file's text (ruamel's own
+    message quotes the line and what it found there, and the file may be anything)."""
     if isinstance(error, MarkedYAMLError):
         mark = error.problem_mark or error.context_mark
-        what = "; ".join(str(part) for part in (error.context, error.problem) if part)
+        what = "; ".join(_kind_only(part) for part in (error.context, error.problem) if part)
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        return problem(source.shown, line, column, "", f"YAML syntax error: {what or error}")
-    if isinstance(error, ReaderError):
+        return problem(source.shown, line, column, "",
+                       f"YAML syntax error: {what or type(error).__name__}")
+    if isinstance(error, ReaderError):  # a control character: shown escaped, as one
         line, column = _position_of_offset(text, error.position)
         character = error.character
         shown = repr(chr(character) if isinstance(character, int) else character)
         return problem(source.shown, line, column, "",
-                        f"YAML cannot contain character {shown} "
-                        "(control characters are not allowed)")
+                       f"YAML cannot contain character {shown} "
+                       "(control characters are not allowed)")
     if isinstance(error, RecursionError):
         return problem(source.shown, 1, 1, "", "YAML nested too deeply to read")
     if isinstance(error, YAMLError):
-        return problem(source.shown, 1, 1, "", f"YAML error: {error}")
-    return problem(source.shown, 1, 1, "",
-                    f"YAML cannot be read ({type(error).__name__}: {error})")
-
+        return problem(source.shown, 1, 1, "", f"YAML error ({type(error).__name__})")
+    return problem(source.shown, 1, 1, "", f"YAML cannot be read ({type(error).__name__})")
 
 
 def _alias_expansion(root: Node) -> tuple[Node, str] | None:
@@ -165,10 +182,20 @@ def _duplicate_keys(source: Source, root: Node, problems: list[Problem]) -> None
             stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
 
 
-def documents(source: Source, text: str, problems: list[Problem]) -> list[
-    tuple[int, Node, Any]
-]:
-    """(index, node, plain value) for every non-empty document of one file.
+@dataclass(frozen=True)
+class Parsed:
+    """One non-empty document of a file: its index, node and plain value, and its
+    duplicate keys (said only once the document is known to be a spec: a key's name is
+    the file's text)."""
+
+    index: int
+    node: Node
+    value: Any
+    duplicates: list[Problem]
+
+
+def documents(source: Source, text: str, problems: list[Problem]) -> list[Parsed]:
+    """Every non-empty document of one file.
 
     libyaml (ruamel.yaml.clib, when installed) reads a good file several times faster
     than the pure-Python parser; a file with any problem is read again by the latter,
@@ -182,14 +209,14 @@ def documents(source: Source, text: str, problems: list[Problem]) -> list[
     if HAVE_LIBYAML:
         fast: list[Problem] = []
         found = _read_documents(source, text, fast, pure=False)
-        if not fast:
+        if not fast and not any(document.duplicates for document in found):
             return found
     return _read_documents(source, text, problems, pure=True)
 
 
 def _read_documents(source: Source, text: str, problems: list[Problem], *,
-                    pure: bool) -> list[tuple[int, Node, Any]]:
-    found: list[tuple[int, Node, Any]] = []
+                    pure: bool) -> list[Parsed]:
+    found: list[Parsed] = []
     yaml = YAML(typ="safe", pure=pure)
     yaml.allow_duplicate_keys = True  # reported by _duplicate_keys, with both positions
     count = 0
@@ -215,13 +242,14 @@ def _read_documents(source: Source, text: str, problems: list[Problem], *,
             if blown is not None:
                 problems.append(problem(source.shown, *mark(blown[0]), "", blown[1]))
                 continue
-            _duplicate_keys(source, node, problems)
+            duplicates: list[Problem] = []
+            _duplicate_keys(source, node, duplicates)
             try:
                 value = yaml.constructor.construct_document(node)
             except Exception as error:
                 problems.append(_yaml_problem(source, text, error))
                 continue
-            found.append((index - 1, node, value))
+            found.append(Parsed(index - 1, node, value, duplicates))
     if count == 0:
         problems.append(problem(source.shown, 1, 1, "",
                                  "empty: no spec document in this file"))
