@@ -3,12 +3,15 @@ the set's file: at the matrix value that made a member, else in the template.
 
 Pure but for validation's own reads (a replay folder, probe files). The rules of
 names, cells and labels are ``reconciler.spec.sets``'; here the set's own fields
-are checked (matrix keys, values once each, no storage of a member's own) and one
-member per cell is validated (its replicas differ only in name and labels).
+are checked (matrix keys, values once each, no storage of a member's own), its
+size is bounded before anything is expanded (``max_members``: 10,000 members
+unless ``--max-set-members`` raises it), and one member per cell is validated (its
+replicas differ only in name and labels).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +25,13 @@ from reconciler.spec.names import MATRIX_KEY, whole
 from reconciler.spec.positions import dotted, locate_node, mark, problem
 from reconciler.spec.sources import Document, Source
 
-__all__ = ["validate_set"]
+__all__ = ["DEFAULT_MAX_MEMBERS", "allow_members", "max_members", "validate_set"]
+
+# The most members one set may have: its size (the matrix's product times replicas)
+# is computed from the numbers alone, before a cell is made, so a 16-line set of
+# 6 keys x 10 values x 10,000 replicas is refused at once instead of filling memory.
+DEFAULT_MAX_MEMBERS = 10_000
+_limit = DEFAULT_MAX_MEMBERS
 
 _OWN_PLACES = ("path", "git_dir", "observations", "branch", "observation_branch")
 
@@ -62,6 +71,39 @@ def _set_problems(spec: LineageSetSpec, node: Node) -> list[tuple[Node, str, str
     return found
 
 
+def allow_members(limit: int) -> None:
+    """Bound every set of this process at ``limit`` members (``--max-set-members``)."""
+    global _limit
+    if limit < 1:
+        raise ValueError(f"a set's member limit is at least 1, not {limit}")
+    _limit = limit
+
+
+def max_members() -> int:
+    """The most members one set may have in this process."""
+    return _limit
+
+
+def _size_problem(spec: LineageSetSpec, node: Node) -> tuple[Node, str, str] | None:
+    """Why the set is too large to expand (None: it is not), from its numbers alone."""
+    body = spec.spec
+    cells = math.prod(len(values) for values in body.matrix.values())
+    members = cells * body.replicas
+    if members <= _limit:
+        return None
+    if cells > 1:
+        sizes = " x ".join(str(len(values)) for values in body.matrix.values())
+        size = (f"{cells:,} cells ({sizes} matrix values) x {body.replicas:,} "
+                f"replica{'s' * (body.replicas != 1)}")
+        where, field = locate_node(node, ("spec", "matrix"), key=True), "spec.matrix"
+    else:
+        size = f"{body.replicas:,} replicas"
+        where, field = locate_node(node, ("spec", "replicas"), key=False), "spec.replicas"
+    return where, field, (
+        f"this set has {members:,} members ({size}); a set has at most {_limit:,}: lower "
+        "replicas or the matrix, or raise the limit with --max-set-members N")
+
+
 def _member_place(cell: sets.Cell, member: str) -> Place:
     """Where a member's problem is written: at the matrix value that made it, else in
     the template; the message names the member."""
@@ -90,6 +132,9 @@ def validate_set(source: Source, index: int, node: Node, value: Any,
     if spec is None:
         return []
     own = _set_problems(spec, node)
+    too_large = _size_problem(spec, node) if not own else None
+    if too_large is not None:
+        own.append(too_large)
     for where, field, message in own:
         problems.append(problem(source.shown, *mark(where), field, message))
     if own:
