@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, field_validator
 
 from reconciler.spec.fieldtypes import MAX_BYTES, MAX_SECONDS, Duration, Size, Strict
 from reconciler.spec.names import SBATCH_OPTION, SLURM_NAME, whole
@@ -50,14 +50,17 @@ def _sbatch_item(value: str) -> str:
     return value
 
 
-SbatchOption = Annotated[str, AfterValidator(_sbatch_item)]
+SbatchOption = Annotated[str, AfterValidator(_sbatch_item),
+                         WithJsonSchema({"type": "string", "pattern": SBATCH_OPTION.pattern})]
 
 
 class SlurmSpec(Strict):
     partition: str | None = Field(
-        default=None, description="the partition (default: the cluster's)"
+        default=None, description="the partition (default: the cluster's)",
+        json_schema_extra={"pattern": SLURM_NAME.pattern}
     )
-    account: str | None = Field(default=None, description="the account to charge (default: yours)")
+    account: str | None = Field(default=None, description="the account to charge (default: yours)",
+                                json_schema_extra={"pattern": SLURM_NAME.pattern})
     time: Duration = Field(
         default=3600,
         ge=60,
