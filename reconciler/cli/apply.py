@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, Select, StateDir, one_of
+from reconciler.cli.options import Json, MaxSetMembers, Select, StateDir, one_of
 from reconciler.errors import ApplyError, OuroError
 
 if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
@@ -138,6 +138,7 @@ def apply_command(
     as_json: Json = False,
     state_dir: StateDir = None,
     executor: ExecutorOption = "local",
+    max_set_members: MaxSetMembers = None,
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
     from reconciler.engine.session import ApplyRequest

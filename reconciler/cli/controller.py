@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from reconciler.cli.apply import ExecutorOption, _money
-from reconciler.cli.options import StateDir
+from reconciler.cli.options import MaxSetMembers, StateDir
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ def controller_command(
     settings_file: Annotated[Path | None, typer.Option(
         "--settings", help="a YAML file of these options, re-read on SIGHUP")] = None,
     state_dir: StateDir = None,
+    max_set_members: MaxSetMembers = None,
 ) -> None:
     """Reconcile a spec repository's branch continuously: apply each new good commit, keep
     lineages growing, report conditions and notify transitions (docs/controller.md)."""

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler.cli.options import Json, Select, SpecPaths, StateDir
+from reconciler.cli.options import Json, MaxSetMembers, Select, SpecPaths, StateDir
 
 
 def plan_command(
@@ -25,6 +25,7 @@ def plan_command(
     = None,
     select: Select = None,
     state_dir: StateDir = None,
+    max_set_members: MaxSetMembers = None,
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
     from reconciler.engine.fleet import Fleet

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from reconciler.kernel.base.formats import usd_amount  # the one rule of a recorded amount
 
 __all__ = ["CallStop", "Failure", "call_stops", "failure_of", "reservation"]
 
@@ -117,16 +118,6 @@ def failure_of(record: Mapping[str, Any] | None) -> Failure | None:
     )
 
 
-def _usd(value: Any) -> Decimal | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() and amount >= 0 else None
-
-
 def reservation(call: Mapping[str, Any]) -> str:
     """What a call held of the budget, as a person should read it: each attempt reserves its
     worst case and returns it when it ends, so a retried call's recorded ``reserved_usd``
@@ -134,9 +125,9 @@ def reservation(call: Mapping[str, Any]) -> str:
     attempts = call.get("attempts")
     amounts = [amount for attempt in (attempts if isinstance(attempts, list) else [])
                if isinstance(attempt, Mapping)
-               and (amount := _usd(attempt.get("reserved_usd"))) is not None]
+               and (amount := usd_amount(attempt.get("reserved_usd"))) is not None]
     if len(amounts) > 1:
         return (f"{max(amounts)} at most at once (the peak of {len(amounts)} attempts, each "
                 "returned when it ended)")
-    total = _usd(call.get("reserved_usd"))
+    total = usd_amount(call.get("reserved_usd"))
     return str(total) if total is not None else "none"

@@ -14,16 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
@@ -32,6 +29,9 @@ from pydantic import (
 )
 
 from reconciler.spec import units
+from reconciler.spec.fieldtypes import Strict, cpu_share
+from reconciler.spec.links import link_between, link_problem
+from reconciler.spec.names import METRIC_NAME, PROBE_NAME
 
 __all__ = [
     "MAX_PROBES",
@@ -59,8 +59,6 @@ MAX_ARG_CHARS = 4096
 MAX_UNTIL = 32
 MAX_PROBE_FILES = 1000
 MAX_PROBE_FILES_BYTES = 16 << 20
-PROBE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _MAX_PROBE_SECONDS = 86400
 _MAX_PROBE_MEMORY = 64 << 30
 
@@ -80,11 +78,7 @@ _ProbeSize = Annotated[
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ProbeCeilingsSpec(_Strict):
+class ProbeCeilingsSpec(Strict):
     wall: _ProbeDuration = Field(default=60, ge=1, le=_MAX_PROBE_SECONDS,
                                  description="wall-clock limit of one measurement")
     cpu: _ProbeDuration = Field(default=30, ge=1, le=_MAX_PROBE_SECONDS,
@@ -92,15 +86,7 @@ class ProbeCeilingsSpec(_Strict):
     memory: _ProbeSize = Field(default=512 << 20, ge=1 << 20, le=_MAX_PROBE_MEMORY,
                                description="memory limit of one measurement")
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu_share(cls, value: int, info: ValidationInfo) -> int:
-        wall = info.data.get("wall")
-        if isinstance(wall, int) and value * 100 < wall:
-            raise ValueError(
-                f"cpu {units.format_duration(value)} is less than 1% of wall "
-                f"{units.format_duration(wall)}: the quota cpu / wall must be at least 1%")
-        return value
+    _cpu_share = field_validator("cpu")(cpu_share)
 
 
 def confined_problem(folder: Path, spec_dir: Path, what: str) -> str | None:
@@ -190,7 +176,7 @@ def _files_path(value: Any) -> Any:
     return value
 
 
-class ProbeSpec(_Strict):
+class ProbeSpec(Strict):
     name: str = Field(description="the probe's name: lowercase letters, digits and '-'",
                       pattern=PROBE_NAME.pattern)
     run: list[str] = Field(min_length=1, max_length=MAX_ARGS,
@@ -222,6 +208,10 @@ class ProbeSpec(_Strict):
         if base is None:
             return value
         folder = Path(os.path.normpath(value if value.is_absolute() else Path(base) / value))
+        link = link_between(Path(os.path.abspath(base)), folder)
+        if link is not None:
+            raise ValueError(f"the probe files folder {str(folder)!r} is reached through a "
+                             "link: " + link_problem(str(link), "folder"))
         problem = confined_problem(folder, Path(base), "probe files folder")
         if problem is not None:
             raise ValueError(problem)
@@ -232,7 +222,7 @@ class ProbeSpec(_Strict):
         return folder
 
 
-class UntilSpec(_Strict):
+class UntilSpec(Strict):
     probe: str = Field(description="the name of a probe of this spec")
     metric: str = Field(description="a metric that probe prints", pattern=METRIC_NAME.pattern)
     at_least: float | int | None = Field(default=None,

@@ -173,7 +173,7 @@ def orphan_membership(set_name: str, name: str,
 def member_pattern(set_name: str) -> re.Pattern[str]:
     """Names a member of this set has or had: ``<set>-<i>``, ``<set>-[<slug>-]<hex6>-<i>``."""
     return re.compile(rf"^{re.escape(set_name)}-(?:(?:[a-z0-9-]*-)?[0-9a-f]{{{DIGEST_HEX}}}-)?"
-                      rf"(?:0|[1-9][0-9]{{0,{INDEX_DIGITS - 1}}})$")
+                      rf"(?:0|[1-9][0-9]{{0,{INDEX_DIGITS - 1}}})\Z")
 
 
 def set_of(labels: Mapping[str, str]) -> str | None:

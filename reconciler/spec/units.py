@@ -32,6 +32,7 @@ __all__ = [
     "describe",
     "format_duration",
     "format_size",
+    "kind",
     "parse_duration",
     "parse_money",
     "parse_size",
@@ -71,6 +72,19 @@ _short.maxother = 40
 _short.maxlist = 4
 _short.maxdict = 4
 _short.maxlevel = 2
+
+
+def kind(value: Any) -> str:
+    """What a value is, without any of it: "a string", "an integer", "null", "a mapping"."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    name = {bool: "boolean", int: "integer", float: "float", str: "string"}.get(
+        type(value), type(value).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def describe(value: Any) -> str:

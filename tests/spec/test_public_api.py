@@ -20,7 +20,8 @@ PUBLIC = {
            "StorageSpec", "branch_name_problem", "json_schema"],
     units: ["DURATION_PATTERN", "MONEY_PATTERN", "POSITIVE_DURATION_PATTERN",
             "POSITIVE_MONEY_PATTERN", "POSITIVE_SIZE_PATTERN", "SIZE_PATTERN", "describe",
-            "format_duration", "format_size", "parse_duration", "parse_money", "parse_size"],
+            "format_duration", "format_size", "kind", "parse_duration", "parse_money",
+            "parse_size"],
     prices: ["KNOWN_PRICES", "known_models", "known_price"],
 }
 

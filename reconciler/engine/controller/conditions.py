@@ -29,6 +29,7 @@ __all__ = ["Clock", "LineageView", "derive", "now", "orphaned", "write"]
 _FINISHED = ("in-sync", "ahead", "done")
 _PENDING = ("create", "extend", "recover")
 
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 

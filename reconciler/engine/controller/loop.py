@@ -40,7 +40,7 @@ from reconciler.engine.fleet import Fleet
 from reconciler.errors import OuroError
 from reconciler.kernel.base.refusals import REASONS
 from reconciler.ownfiles import private_folder
-from reconciler.plan.probes import UntilStop
+from reconciler.plan.probes import GOAL_STOPS, UntilStop
 from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
@@ -402,7 +402,7 @@ class Controller:
                     lineage=name, generation=fields.get("generation"), streak=streak,
                     **self._where())
         elif event == "lineage-stopped":
-            goal = fields.get("reason") in ("target-reached", "plateau")
+            goal = fields.get("reason") in GOAL_STOPS
             self.notifier.send(
                 "target-reached" if goal else "lineage-stopped",
                 f"ouro: lineage {name} stopped after gen {fields.get('generation')} "

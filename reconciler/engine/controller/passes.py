@@ -31,7 +31,7 @@ from reconciler.engine.provider_check import Prober
 from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan
 from reconciler.plan.planner import suspended
-from reconciler.plan.probes import UntilStop
+from reconciler.plan.probes import GOAL_STOPS, UntilStop
 from reconciler.spec.load import LoadedSpec
 from reconciler.state.conditions import LineageConditions
 from reconciler.state.fleet import audit_record_dir
@@ -41,7 +41,6 @@ __all__ = ["Heard", "PassResult", "Passes", "WatchedLog"]
 
 _FINISHED = ("in-sync", "ahead", "done", "suspended")
 _RETRIED_STOPS = ("provider-unavailable",)  # an outage: tried again after a probe
-_GOAL_STOPS = ("target-reached", "plateau")
 
 Heard = Callable[[str, dict[str, Any]], None]
 _Key = tuple[str, tuple[str | None, str | None]]
@@ -179,7 +178,7 @@ class Passes:
             if result.refusal is not None:
                 reason = result.refusals[0].reason if result.refusals else "refuse"
                 stalled = (reason, result.refusal)
-            elif result.stopped is not None and result.stopped not in _GOAL_STOPS:
+            elif result.stopped is not None and result.stopped not in GOAL_STOPS:
                 stalled = (result.stopped, result.errors[-1] if result.errors else "")
                 if result.stopped not in _RETRIED_STOPS:
                     self.held[spec.name] = key

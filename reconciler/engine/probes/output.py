@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from reconciler.spec.probes import METRIC_NAME
+from reconciler.spec.names import METRIC_NAME, whole
 
 __all__ = ["MAX_METRICS", "MAX_OUTPUT", "MAX_STRING", "Metric", "parse_metrics"]
 
@@ -78,7 +78,7 @@ def parse_metrics(stdout: bytes) -> tuple[dict[str, Metric] | None, str | None]:
     metrics: dict[str, Metric] = {}
     try:
         for name, value in document.items():
-            if not METRIC_NAME.match(name):
+            if not whole(METRIC_NAME, name):
                 raise _Refused(f"{name[:80]!r} is not a metric name (letters, digits, '_', "
                                "'.', '-'; at most 64)")
             metrics[name] = _value(name, value)
