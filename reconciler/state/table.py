@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.sets import Membership
-from reconciler.state.birth import birth
-from reconciler.state.forks import ancestry_record
+from reconciler.state.forks import holds_commit, recorded_ancestry
 from reconciler.state.probes import ProbeTable
 from reconciler.state.probes import table as probe_table
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
@@ -218,10 +217,10 @@ class GenerationTable:
 def descent(paths: LineagePaths,
             places: Callable[[str], LineagePaths | None]) -> Descent:
     """The descent of the lineage at ``paths``: its fork record's parent and generation
-    (its root metadata's ``ouro_fork``), and its seed's absolute generation, found by
-    following each parent (``places(name)``: where a lineage of that name lives, if
-    known) while the parent there is the recorded one (its root commit)."""
-    record = ancestry_record(birth(paths).metadata)
+    (``reconciler.state.forks.recorded_ancestry``), and its seed's absolute generation,
+    found by following each parent (``places(name)``: where a lineage of that name lives,
+    if known) while the parent there is the recorded one (it has the recorded commit)."""
+    record = recorded_ancestry(paths)
     if record is None:
         return Descent()
     parent, generation = record.get("parent"), record.get("generation")
@@ -240,12 +239,9 @@ def _seed(record: Mapping[str, Any], places: Callable[[str], LineagePaths | None
             or isinstance(generation, bool)):
         return None
     where = places(parent)
-    if where is None:
+    if where is None or not holds_commit(where, record.get("commit")):
         return None
-    born = birth(where)
-    if born.commit is None or born.commit != record.get("parent_root"):
-        return None
-    above = ancestry_record(born.metadata)
+    above = recorded_ancestry(where)
     if above is None:
         return generation
     offset = _seed(above, places, depth - 1)

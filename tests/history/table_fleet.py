@@ -16,7 +16,7 @@ from reconciler.spec.probes import ProbeFiles
 from reconciler.state.forks import FORK_KEY
 from tests.observe.builder import LineageBuilder
 
-__all__ = ["NOTE", "grow"]
+__all__ = ["NOTE", "ForkBuilder", "fork_record", "grow"]
 
 SPECS = """\
 apiVersion: ouro/v1
@@ -62,7 +62,7 @@ class ForkBuilder(LineageBuilder):
         return {**super().lineage_metadata(), FORK_KEY: self.fork}
 
 
-def _fork(parent: str, root: str, generation: int, commit: str) -> dict[str, Any]:
+def fork_record(parent: str, root: str, generation: int, commit: str) -> dict[str, Any]:
     return {"schema": "ouro-fork/v1", "parent": parent, "parent_root": root,
             "parent_branch": f"lineage-{parent}", "generation": generation,
             "commit": commit, "parent_kernel": {"commit": "5" * 40, "fingerprint": "f" * 64},
@@ -128,9 +128,9 @@ def grow(state: Path, specs: Path) -> tuple[list[dict[str, Any]], list[str], str
     _probe(one.paths, 2, a2, None, "exit status 3")  # gen 3: not measured
     two = LineageBuilder(state, second)
     b1 = two.gen("died")
-    kid = ForkBuilder(state, "kid", _fork(first, one.seed, 2, a2))
+    kid = ForkBuilder(state, "kid", fork_record(first, one.seed, 2, a2))
     k1 = kid.gen("changed", calls=[CALL])
-    grandkid = ForkBuilder(state, "grandkid", _fork("kid", kid.seed, 1, k1))
+    grandkid = ForkBuilder(state, "grandkid", fork_record("kid", kid.seed, 1, k1))
     g1 = grandkid.gen("no-change")
     member = {"set": "evo", "cell": cell, "orphaned": False, "matrix__ceilings__wall": "60s"}
     table = [
