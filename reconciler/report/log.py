@@ -5,8 +5,9 @@ Rule: no decisions here. The rows come from ``reconciler.state.table`` (the tabl
 which columns fit. ``--columns`` names any column of the table (``ouro export``'s
 names) or ``diff`` (``+added/-deleted`` and the paths changed); ``outcome`` reads as
 the status with its cause, exit status and model failure. Without ``--columns`` the
-table is ``DEFAULT_COLUMNS``, then each probe column while the table stays within
-``WIDTH`` characters; what did not fit is named under the table.
+table is ``generation`` and ``outcome``, then each other column of ``DEFAULT_COLUMNS``
+and each probe column that keeps it within ``WIDTH`` characters; what did not fit is
+named under the table.
 """
 
 from __future__ import annotations
@@ -119,18 +120,19 @@ def _lines(lineage: LineageTable, columns: Sequence[str], pad: str) -> list[str]
 
 def _fitted(lineage: LineageTable, probes: Sequence[str],
             pad: str) -> tuple[list[str], list[str]]:
-    """The default table's lines, with each probe column that keeps it within WIDTH; and
-    the probe columns left out."""
-    columns = list(DEFAULT_COLUMNS)
+    """The default table's lines within WIDTH: ``generation`` and ``outcome``, then each
+    other default column and each probe column, in order, that keeps the table within
+    WIDTH; and the columns left out."""
+    columns = list(DEFAULT_COLUMNS[:2])
     lines = _lines(lineage, columns, pad)
     left: list[str] = []
-    for probe in probes:
-        wider = _lines(lineage, [*columns, probe], pad)
-        if max(map(len, wider)) <= WIDTH and not left:
-            columns.append(probe)
+    for column in (*DEFAULT_COLUMNS[2:], *probes):
+        wider = _lines(lineage, [*columns, column], pad)
+        if max(map(len, wider)) <= WIDTH:
+            columns.append(column)
             lines = wider
         else:
-            left.append(probe)
+            left.append(column)
     return lines, left
 
 

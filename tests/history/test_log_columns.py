@@ -13,8 +13,13 @@ from typing import Any
 
 import pytest
 
+from reconciler.report.log import log_text
+from reconciler.state.probes import ProbeTable
+from reconciler.state.summaries import GenerationRow, LineageSummary
+from reconciler.state.table import GenerationTable, LineageTable, TableRow
 from tests.history.table_fleet import NOTE, grow
 from tests.inprocess import ouro
+from tests.observe.builder import lineage_paths
 
 
 @pytest.fixture
@@ -51,15 +56,14 @@ def test_a_probe_column_that_does_not_fit_is_named(
         grown: tuple[Path, list[dict[str, Any]], list[str]],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """probe.shape.bytes fits; the note (a 26-character cell) would take the table past
-    120 characters: it is named under the table, and so is every column after it."""
+    120 characters: it is named under the table; probe.shape.ok, narrower, still fits."""
     specs, _table, members = grown
     out = _log(monkeypatch, capsys, "--specs", specs, members[0])
     assert max(len(line) for line in out.splitlines()) <= 120, out
     lines = out.splitlines()
     header = next(line for line in lines if line.strip().startswith("gen "))
-    assert header.split()[-1] == "probe.shape.bytes"
-    assert ("(not shown, to fit 120 characters: probe.shape.note, probe.shape.ok; "
-            "--columns chooses)") in out
+    assert header.split()[-2:] == ["probe.shape.bytes", "probe.shape.ok"]
+    assert "(not shown, to fit 120 characters: probe.shape.note; --columns chooses)" in out
 
 
 def test_columns_choose_any_column_of_the_export(
@@ -109,3 +113,27 @@ def test_format_json_is_the_log_document_and_jsonl_csv_the_exports_rows(
     error = _log(monkeypatch, capsys, "--specs", specs, "kid", "--json", "--format", "csv",
                  code=2)
     assert "--json is --format json" in " ".join(error.split())
+
+
+def test_a_long_outcome_drops_the_columns_that_no_longer_fit(tmp_path: Path) -> None:
+    """A death with a model failure and no observation reads as a long outcome: the
+    table still fits 120 characters, and says which default columns it left out."""
+    facts = GenerationRow(
+        generation=12345, status="died", outcome=None, death_cause="decoder_rejection",
+        exit_status=255, model_failure="budget_exhausted", organism_bytes=3 << 20,
+        organism_added=None, organism_deleted=None, paths_changed=None, model_calls=12,
+        tokens_in=None, tokens_out=None, spend_usd="123.456789", cpu_seconds=1234.5,
+        memory_peak_bytes=5 << 30, wall_seconds=12345.25, started_at=None,
+        external_edits_before=0, provider=None, model=None, lineage_commit="0" * 40,
+        observed=False)
+    summary = LineageSummary("long", (facts,), None, None, "0", None, 0)
+    row = TableRow("long", facts)
+    table = GenerationTable((LineageTable("long", lineage_paths(tmp_path, "long"), summary,
+                                          (row,), ProbeTable({}, {})),))
+    text = log_text(table)
+    assert max(len(line) for line in text.splitlines()) <= 120, text
+    header = next(line for line in text.splitlines() if line.strip().startswith("gen "))
+    assert header.split()[:2] == ["gen", "outcome"]
+    assert ("died (decoder_rejection, exit 255) [model: budget_exhausted] [no observation]"
+            in text)
+    assert "(not shown, to fit 120 characters: " in text and "wall_seconds" in text
