@@ -79,26 +79,18 @@ def log_command(
 ) -> None:
     """One row per generation: outcome, organism size and diff, model calls, spend, CPU,
     peak memory, wall time, probe metrics (--columns chooses; --json has every column)."""
-    from functools import partial
-
     from reconciler.engine.fleet import Fleet
-    from reconciler.plan.planner import shown_until
     from reconciler.report.log import check_columns, log_json, log_text
     from reconciler.report.table import export_text
-    from reconciler.state.probes import metrics
 
     chosen = _columns(columns)
     if as_json and fmt not in ("text", "json"):
         raise typer.BadParameter(f"--json is --format json, not {fmt}", param_hint="--json")
-    table = Fleet(state_dir).table(names, specs or []).only(
-        lambda row: (not deaths or row.facts.status == "died")
-        and (since is None or row.generation >= since))
+    whole, stops = Fleet(state_dir).table_and_stops(names, specs or [])
+    table = whole.only(lambda row: (not deaths or row.facts.status == "died")
+                       and (since is None or row.generation >= since))
     if chosen is not None:
         check_columns(table, chosen)
-    # spec.until's stop, as status shows it (with --specs only: it needs the spec)
-    stops = {lineage.name: None if lineage.spec is None else shown_until(
-        lineage.spec, partial(metrics, lineage.paths), lineage.summary.generations)
-        for lineage in table.lineages}
     if as_json or fmt == "json":
         sys.stdout.write(log_json(table, stops))
     elif fmt in ("jsonl", "csv"):

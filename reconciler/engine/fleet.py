@@ -410,6 +410,20 @@ class Fleet:
                           spec=shown.spec, places=places)
             for shown, summary in named))
 
+    def table_and_stops(self, names: Sequence[str], specs: Sequence[Path]
+                        ) -> tuple[GenerationTable, dict[str, UntilStop | None]]:
+        """``table`` and each lineage's ``spec.until`` stop that holds, as ``status``
+        shows it (with a spec only: it needs the spec): ``ouro log``'s one call."""
+        from functools import partial
+
+        from reconciler.plan.planner import shown_until
+        from reconciler.state.probes import metrics
+
+        table = self.table(names, specs)
+        return table, {lineage.name: None if lineage.spec is None else shown_until(
+            lineage.spec, partial(metrics, lineage.paths), lineage.summary.generations)
+            for lineage in table.lineages}
+
     def known_needs(self, specs: Sequence[Path]) -> dict[str, list[str]]:
         """{kernel fingerprint: [lineage names]} of the state dir's and the specs' lineages."""
         from reconciler.state.observe import observe
