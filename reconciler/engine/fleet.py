@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from reconciler.state.observe import Observed
     from reconciler.state.status import StatusReport
     from reconciler.state.summaries import LineageSummary
+    from reconciler.state.table import GenerationTable
 
 __all__ = ["Fleet", "StatusLine"]
 
@@ -388,6 +389,40 @@ class Fleet:
         cache = summary_cache_dir(self.given_state_dir)
         return [(found, summarize(found.paths, cache))
                 for found in find_named(names, specs, self.given_state_dir)]
+
+    def table(self, names: Sequence[str], specs: Sequence[Path]) -> GenerationTable:
+        """The per-generation table (``reconciler.state.table``) of each name's lineage, or
+        of a set's members and orphans, cell by cell (``named_summaries``): each row joined
+        with its set place, its descent (a fork's ancestors found among these lineages,
+        then the state dir's and the specs') and its probes' measurements."""
+        from reconciler.state.table import GenerationTable, lineage_table
+
+        named = self.named_summaries(names, specs)
+        known: dict[str, LineagePaths] = {}
+
+        def places(name: str) -> LineagePaths | None:
+            if not known:
+                known.update({item.name: item.paths for item in self.every_lineage(specs)})
+                known.update({shown.name: shown.paths for shown, _summary in named})
+            return known.get(name)
+        return GenerationTable(tuple(
+            lineage_table(shown.name, shown.paths, summary, member=shown.member,
+                          spec=shown.spec, places=places)
+            for shown, summary in named))
+
+    def table_and_stops(self, names: Sequence[str], specs: Sequence[Path]
+                        ) -> tuple[GenerationTable, dict[str, UntilStop | None]]:
+        """``table`` and each lineage's ``spec.until`` stop that holds, as ``status``
+        shows it (with a spec only: it needs the spec): ``ouro log``'s one call."""
+        from functools import partial
+
+        from reconciler.plan.planner import shown_until
+        from reconciler.state.probes import metrics
+
+        table = self.table(names, specs)
+        return table, {lineage.name: None if lineage.spec is None else shown_until(
+            lineage.spec, partial(metrics, lineage.paths), lineage.summary.generations)
+            for lineage in table.lineages}
 
     def known_needs(self, specs: Sequence[Path]) -> dict[str, list[str]]:
         """{kernel fingerprint: [lineage names]} of the state dir's and the specs' lineages."""

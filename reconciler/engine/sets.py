@@ -105,6 +105,7 @@ def find_named(names: Sequence[str], specs: Sequence[Path],
     sets = set(set_names(loaded))
     by_name = {spec.name: spec for spec in loaded}
     found: list[Shown] = []
+    here: dict[str, Lineage] | None = None  # the state dir's lineages, read once
     for name in names:
         if name in sets:
             found += grouped(loaded, [s for s in loaded if s.set_name == name], state_dir)
@@ -113,8 +114,10 @@ def find_named(names: Sequence[str], specs: Sequence[Path],
         elif specs:
             find_lineages([name], specs, state_dir)  # raises: not there, and the remedy
         else:
-            found += [Shown(item.name, item.paths)
-                      for item in _in_state_dir(name, state_dir)]
+            if here is None:
+                here = {item.name: item for item in fleet([], state_dir)}
+            found += [Shown(item.name, item.paths) for item in (
+                [here[name]] if name in here else _in_state_dir(name, state_dir))]
     return found
 
 

@@ -60,7 +60,7 @@ USAGE_ERRORS = [
     pytest.param(["verify", "specs", "--timeout", "0"], "Invalid value", id="verify-timeout-0"),
     pytest.param(["validate", "specs", "--state-dir"], "requires an argument",
                  id="state-dir-bare"),
-    pytest.param(["export", "x", "--format", "xlsx"], "'xlsx' is not one of csv, jsonl",
+    pytest.param(["export", "x", "--format", "xlsx"], "'xlsx' is not one of csv, jsonl, json",
                  id="export-format-unknown"),
     pytest.param(["apply", "specs", "--executor", "foo"], "'foo' is not one of local, slurm",
                  id="apply-executor-unknown"),
