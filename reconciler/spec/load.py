@@ -49,6 +49,7 @@ from reconciler.spec import (
     units,
 )
 from reconciler.spec.files import FileRefused, read_limited
+from reconciler.spec.models import RECORDED
 from reconciler.spec.probes import ResolvedProbe, resolve
 from reconciler.statedir import state_dir  # the rule lives there; re-exported (public API)
 
@@ -71,6 +72,7 @@ MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in flow nesting: refuse bef
 # written in it: a spec needs little repetition, and a 1 KB file of chained aliases can
 # otherwise expand to billions of nodes (minutes of CPU, gigabytes of memory).
 MAX_ALIAS_NODES = 10_000
+RECORDED_DIR = ".recorded"  # <state dir>/.recorded/NAME: provider recorded's replay folder
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -113,6 +115,9 @@ class LoadedSpec:
     member: sets.Membership | None = None  # where in its set (cell, replica, matrix values)
     # spec.from's parent: a spec of this run, else <state dir>/NAME (None: not a fork)
     fork_parent: ParentPlaces | None = None
+    # provider recorded: the replay folder ouro fills with the source's recorded replies,
+    # <state dir>/.recorded/NAME (reconciler.engine.recorded); None for other providers
+    recorded_dir: Path | None = None
 
     @property
     def fork(self) -> ForkSpec | None:
@@ -141,14 +146,17 @@ class LoadedSpec:
         )
 
     def model(self) -> ModelConfig:
+        """The kernel's model; provider ``recorded`` is the kernel's ``replay`` of the folder
+        ouro fills (``recorded_dir``)."""
         model = self.spec.spec.model
+        recorded = model.provider == RECORDED
         return ModelConfig(
-            provider=model.provider,
+            provider="replay" if recorded else model.provider,
             name=model.name,
             price=model.resolved_price(),
             base_url=model.base_url,
             api_key_env=model.api_key_env,
-            replay_dir=model.replay,
+            replay_dir=self.recorded_dir if recorded else model.replay,
             max_output_tokens=model.max_output_tokens,
             max_prompt_bytes=model.max_prompt_bytes,
             request_timeout_seconds=model.request_timeout,
@@ -839,6 +847,8 @@ def _resolve(document: _Document, default_dir: Path, shared: _Shared) -> LoadedS
         probes=_probes(document),
         set_name=document.set_name,
         member=document.member,
+        recorded_dir=(default_dir / RECORDED_DIR / spec.name if model.provider == RECORDED
+                      else None),
     )
 
 

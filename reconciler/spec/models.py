@@ -47,6 +47,7 @@ __all__ = [
     "KIND",
     "MAX_REPLICAS",
     "PAID_PROVIDERS",
+    "RECORDED",
     "SET_KIND",
     "CeilingsSpec",
     "ExecutorSpec",
@@ -70,8 +71,12 @@ KIND = "Lineage"
 SET_KIND = "LineageSet"
 MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.sets)
 
-# The providers, from their one record each (``reconciler.kernel.base.registry``).
-Provider = registry.ProviderName
+# The providers, from their one record each (``reconciler.kernel.base.registry``), and
+# ``recorded``: the control plane's own, another lineage's recorded replies served by the
+# kernel's replay provider from a folder ouro fills (``reconciler.engine.recorded``).
+RECORDED = "recorded"
+Provider = registry.ProviderName | Literal["recorded"]
+_OFFLINE = (*kc.OFFLINE_PROVIDERS, RECORDED)  # no server, no key, no price
 Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
 PAID_PROVIDERS = registry.PAID_PROVIDERS
 DEFAULT_API_KEY_ENV: dict[str, str | None] = registry.DEFAULT_KEY_ENV
@@ -303,7 +308,9 @@ _PROVIDER_RULES: list[Any] = [
     _when([p for p in registry.PROVIDERS if p not in registry.STORING_PROVIDERS],
           {"properties": {"store": _NULL}}),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
-    _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
+    _when(RECORDED, {"required": ["lineage"]}, {"properties": {"lineage": _NULL}}),
+    _when(list(_OFFLINE), {"properties": {"price": _NULL, "api_key_env": _NULL,
+                                          "base_url": _NULL}}),
     _when(
         list(PAID_PROVIDERS),
         {
@@ -338,7 +345,8 @@ class ModelSpec(_Strict):
         extra="forbid", strict=True, frozen=True, json_schema_extra={"allOf": _PROVIDER_RULES}
     )
 
-    provider: Provider = Field(description="anthropic | openai | openai-compatible | replay | echo")
+    provider: Provider = Field(
+        description="anthropic | openai | openai-compatible | replay | echo | recorded")
     name: str = Field(
         default="",
         validate_default=True,
@@ -367,6 +375,13 @@ class ModelSpec(_Strict):
         validate_default=True,
         description="replay only, and required there: a folder of response files (every "
         "non-hidden file, in name order), relative to the spec file's folder",
+    )
+    lineage: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="recorded only, and required there: the lineage whose recorded replies "
+        "answer, in order, from its generation 1 (a fork: from the one after the fork point)",
+        json_schema_extra={"pattern": _DNS_LABEL.pattern},
     )
     max_output_tokens: int = Field(default=12000, ge=1, le=MAX_COUNT, description="per request")
     max_prompt_bytes: Size = Field(
@@ -410,6 +425,8 @@ class ModelSpec(_Strict):
                     data["api_key_env"] = DEFAULT_API_KEY_ENV[provider]
                 if "name" not in data and provider in kc.OFFLINE_PROVIDERS:
                     data["name"] = provider
+            elif provider == RECORDED and "name" not in data:
+                data = {**data, "name": provider}
         return data
 
     @field_validator("name")
@@ -430,7 +447,7 @@ class ModelSpec(_Strict):
         provider = info.data.get("provider")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(
                     f"provider {provider} reaches no server: remove base_url"
@@ -463,7 +480,7 @@ class ModelSpec(_Strict):
     @classmethod
     def _api_key_env(cls, value: str | None, info: ValidationInfo) -> str | None:
         provider = info.data.get("provider")
-        if provider in kc.OFFLINE_PROVIDERS and value is not None:
+        if provider in _OFFLINE and value is not None:
             raise ValueError(f"provider {provider} uses no API key: remove api_key_env")
         if provider in registry.KEYED_PROVIDERS and value is None:
             raise ValueError(
@@ -507,6 +524,19 @@ class ModelSpec(_Strict):
             raise ValueError(problem)
         return value
 
+    @field_validator("lineage")
+    @classmethod
+    def _lineage(cls, value: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider is not None and provider != RECORDED and value is not None:
+            raise ValueError(f"lineage is only for provider recorded, not {provider}: remove it")
+        if provider == RECORDED and value is None:
+            raise ValueError("provider recorded needs lineage: the name of the lineage whose "
+                             "recorded replies answer")
+        if value is not None and not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a lineage name (lowercase letters, digits, '-')")
+        return value
+
     @field_validator("store")
     @classmethod
     def _store(cls, value: bool | None, info: ValidationInfo) -> bool | None:
@@ -535,7 +565,7 @@ class ModelSpec(_Strict):
         provider, name = info.data.get("provider"), info.data.get("name")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(f"provider {provider} costs nothing: remove price")
             return value
@@ -549,6 +579,8 @@ class ModelSpec(_Strict):
         return value
 
     def resolved_price(self) -> kc.Price:
+        if self.provider == RECORDED:
+            return kc.FREE
         if self.price is not None:
             return self.price.to_price()
         known = prices.known_price(self.provider, self.name)
