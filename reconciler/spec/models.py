@@ -75,7 +75,7 @@ MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.s
 # ``recorded``: the control plane's own, another lineage's recorded replies served by the
 # kernel's replay provider from a folder ouro fills (``reconciler.engine.recorded``).
 RECORDED = "recorded"
-Provider = registry.ProviderName | Literal["recorded"]
+Provider = Literal[registry.ProviderName, "recorded"]
 _OFFLINE = (*kc.OFFLINE_PROVIDERS, RECORDED)  # no server, no key, no price
 Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
 PAID_PROVIDERS = registry.PAID_PROVIDERS
