@@ -23,7 +23,7 @@ from typing import Any
 
 import pygit2
 
-from reconciler.errors import StateError
+from reconciler.errors import StateError, Unreproducible
 from reconciler.kernel.base.config import ENTRY_METADATA_KEY, LineagePaths
 from reconciler.kernel.base.formats import EXTERNAL_EDIT_SUBJECT, parse_generation_subject
 from reconciler.state.repos import READ_ERRORS, Lineage, Repo, first_line
@@ -37,14 +37,6 @@ __all__ = ["RecordedCall", "RecordedGeneration", "RecordedHistory", "Unreproduci
 # X-Ouroboros-Truncated signal) a replay cannot give back.
 _REPLAYED = 200
 _BROKER_OWN = frozenset({400})
-
-
-class Unreproducible(StateError):
-    """A lineage is reproduced only from a record that holds everything it received."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

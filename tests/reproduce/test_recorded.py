@@ -89,3 +89,21 @@ def test_when_the_recorded_replies_run_out_the_lineage_stops(
     plan = run_ouro("plan", str(spec), env=env)
     assert "0 of 4 remain" in plan.stdout
     assert len(_generations(hungry, "more")) == 4
+
+
+def test_a_fork_is_answered_from_after_its_fork_point_and_reproduces(
+        hungry: Path, specs: Path, env: dict[str, str]) -> None:
+    spec = _counterfactual(specs, "forked", 2)
+    spec.write_text(spec.read_text() + "  from: {lineage: hungry, generation: 2}\n")
+    plan = run_ouro("plan", str(spec), env=env)
+    assert "recorded replies of hungry (from its gen 3): 2 of 2 remain" in plan.stdout, plan
+    done = run_ouro("apply", "-y", str(spec), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    source, forked = _generations(hungry, "hungry"), _generations(hungry, "forked")
+    # its gen 1 got hungry's third reply: the organism hungry's gen 3 installed
+    assert forked[0][1]["organism.el"] == source[2][1]["organism.el"]
+    assert forked[1][1]["organism.el"] == source[3][1]["organism.el"]
+    assert forked[0][0]["ran_with"]["recorded"]["from_generation"] == 3
+    again = run_ouro("reproduce", "forked", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.startswith("reproduced 2 of 2 generations")

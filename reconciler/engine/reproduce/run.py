@@ -27,7 +27,7 @@ from reconciler.engine.reproduce.compare import Clock, Side, compare_generation
 from reconciler.engine.reproduce.limits import LimitsUnreadable, recorded_limits
 from reconciler.engine.reproduce.scratch import edit_worktree, scratch_lineage, write_replies
 from reconciler.engine.reproduce.verdict import Reproduction
-from reconciler.errors import OuroError
+from reconciler.errors import OuroError, Unreproducible
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import ENTRY_METADATA_KEY, JOURNAL_FILE, LineagePaths
 from reconciler.kernel.base.formats import usd_amount
@@ -36,7 +36,6 @@ from reconciler.state.observe import observe
 from reconciler.state.recorded import (
     RecordedGeneration,
     RecordedHistory,
-    Unreproducible,
     check_entry,
     read_history,
     tree_files,
@@ -149,6 +148,10 @@ def _prepared(fleet: Fleet, name: str, paths: LineagePaths, to: int | None
         check_entry(name, observed.lineage_metadata or {ENTRY_METADATA_KEY: None})
     except Unreproducible as refusal:
         return _refused(name, total, refusal.reason, str(refusal))
+    if observed.running is not None:
+        return _refused(name, total, "not-reproducible-now",
+                        f"ouro: {name} is {observed.running}: reproduce it once that "
+                        "generation is done")
     if not observed.is_lineage or observed.problems or observed.interrupted is not None:
         why = "; ".join(p.message for p in observed.problems) or (
             "an interrupted generation's leftovers" if observed.interrupted else "not a lineage")
