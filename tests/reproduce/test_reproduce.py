@@ -12,6 +12,7 @@ import pytest
 
 from reconciler.engine.reproduce.scratch import REPLY_NAME_WIDTH
 from reconciler.kernel.base.config import LineagePaths
+from reconciler.kernel.transaction.lineage import ORGANISM
 from reconciler.state import reproduction_record
 from tests.apply.helpers import run_ouro
 from tests.forks.helpers import grow_family
@@ -25,6 +26,7 @@ from tests.reproduce.helpers import (
 )
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
+SEED = ORGANISM.read_text()
 
 
 def test_scribe_reproduces_five_of_five_untouched_and_free(
@@ -71,6 +73,21 @@ def test_an_organism_that_writes_the_time_diverges_at_its_first_life(
     assert (divergence["generation"], divergence["what"]) == (2, ["tree"])
     assert [p["path"] for p in divergence["paths"]] == ["now.txt"]
     assert divergence["paths"][0]["diff"][0] == "--- recorded/now.txt"
+
+
+def test_an_organism_that_asks_with_the_time_diverges_in_its_call(
+        specs: Path, env: dict[str, str]) -> None:
+    # the seed, but its prompt begins with the time: same tree, same reply, another question
+    asking = SEED.replace("\n(organism-live)\n", '\n(setq organism-prompt (concat '
+                          '(format-time-string "%s.%N") "\\n" organism-prompt))\n'
+                          "(organism-live)\n")
+    assert asking != SEED
+    grow(specs, env, "asker", 2, [asking, SEED])
+    code, verdict = reproduce_json(env, "asker")
+    divergence = verdict["divergence"]
+    assert (code, verdict["status"], divergence["generation"], divergence["what"]) == (
+        1, "diverged", 2, ["calls"]), verdict
+    assert divergence["calls"][0].startswith("call 1 asked something else: "), divergence
 
 
 def test_deaths_and_no_change_generations_reproduce(specs: Path, env: dict[str, str]) -> None:
