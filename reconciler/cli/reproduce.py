@@ -24,6 +24,9 @@ def reproduce_command(
         "--specs", help="spec files or folders naming the lineage (else the state dir's, "
         "by name)")] = None,
     state_dir: StateDir = None,
+    scratch: Annotated[Path | None, typer.Option(
+        "--scratch", help="the folder the scratch lineage is made in, and removed from "
+        "(default: the system's temporary folder)")] = None,
 ) -> None:
     """Run a lineage's recorded history again in a scratch place, under its own pinned
     kernel and recorded ceilings, every model call answered from the record (no network,
@@ -34,7 +37,7 @@ def reproduce_command(
     from reconciler.report.reproduce import reproduce_json, reproduce_text
 
     verdict = reproduce(ReproduceRequest(name, to=to, specs=tuple(specs or ()),
-                                         state_dir=state_dir))
+                                         state_dir=state_dir, scratch=scratch))
     sys.stdout.write(reproduce_json(verdict) if as_json else reproduce_text(verdict))
     raise SystemExit(verdict.exit_code)
 
