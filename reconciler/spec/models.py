@@ -524,6 +524,15 @@ class ModelSpec(_Strict):
             raise ValueError(problem)
         return value
 
+    @model_serializer(mode="wrap")
+    def _without_no_lineage(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model that is not ``recorded`` dumps as before ``lineage`` existed: its spec's
+        digest (in saved plans and every observation) stays the same."""
+        dumped: dict[str, Any] = handler(self)
+        if self.lineage is None:
+            dumped.pop("lineage", None)
+        return dumped
+
     @field_validator("lineage")
     @classmethod
     def _lineage(cls, value: str | None, info: ValidationInfo) -> str | None:
