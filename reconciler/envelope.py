@@ -4,7 +4,8 @@ Rule: one version, one builder. Every document opens with ``format_version`` (th
 module's ``FORMAT_VERSION``, the same for every kind) and its ``kind``, then its own
 fields. A field may be added to a document, never renamed or dropped, without
 bumping ``FORMAT_VERSION``. The kinds: ``ouro-plan``, ``ouro-status``,
-``ouro-apply``, ``ouro-verify``, ``ouro-log``, ``ouro-show``, ``ouro-kernels``, the
+``ouro-apply``, ``ouro-verify``, ``ouro-log``, ``ouro-show``, ``ouro-kernels``,
+``ouro-reproduce``, the
 controller's ``ouro-controller-status`` and the saved plan's ``ouro-plan-file`` (which
 also carries the ``format`` its reader checks).
 
@@ -19,7 +20,7 @@ __all__ = ["FORMAT_VERSION", "KINDS", "envelope"]
 
 FORMAT_VERSION = 1
 KINDS = ("ouro-plan", "ouro-status", "ouro-apply", "ouro-verify", "ouro-log", "ouro-show",
-         "ouro-kernels", "ouro-plan-file", "ouro-controller-status")
+         "ouro-kernels", "ouro-plan-file", "ouro-controller-status", "ouro-reproduce")
 
 
 def envelope(kind: str, **fields: Any) -> dict[str, Any]:

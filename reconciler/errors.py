@@ -4,6 +4,7 @@
     ├── SpecError               one or more problems in spec files (each FILE:LINE:COL)
     ├── InstrumentError         this ouro cannot tell which instrument it is
     ├── StateError              a lineage's repositories cannot be read as a lineage
+    │   └── Unreproducible      a record that cannot be run again (a reason code and why)
     ├── PlanFileError           a saved plan is unreadable or stale
     ├── LockError               another apply holds a lineage
     ├── KernelStoreError        the kernel store cannot be read or written, or an entry is damaged
@@ -57,6 +58,15 @@ class InstrumentError(OuroError):
 
 class StateError(OuroError):
     """A lineage's places could not be read."""
+
+
+class Unreproducible(StateError):
+    """A lineage is reproduced only from a record that holds everything it received, under
+    a kernel ouro can run again (``reason``: the refusal's code, docs/reproduce.md)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class PlanFileError(OuroError):

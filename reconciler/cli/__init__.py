@@ -39,6 +39,7 @@ from reconciler.cli import (
     history,
     kernel,
     plan,
+    reproduce,
     schema,
     status,
     validate,
@@ -131,7 +132,7 @@ def _register(target: typer.Typer) -> None:
 
 
 for _module in (validate, schema, plan, status, apply, controller, verify, doctor, history, view,
-                kernel):
+                kernel, reproduce):
     _module.register(app)
 _register(app)
 _VERSION_OPTIONS = ("--version", "-V")

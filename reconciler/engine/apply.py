@@ -28,6 +28,7 @@ from reconciler.engine.events import EventLog
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.provider_check import Prober, ProbeResult, probe
+from reconciler.engine.recorded import source_record
 from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
@@ -268,8 +269,13 @@ class Engine:
                 and spec.fork.kernel == "parent"):
             source = fork_source(spec, observed)
             metadata = source.metadata if source is not None else None
-        return kernel_store_writer.prepare(self.fleet.store, self.identity, current.kernel,
-                                           metadata)
+        kernel = kernel_store_writer.prepare(self.fleet.store, self.identity, current.kernel,
+                                             metadata)
+        recorded = source_record(spec) if spec is not None else None
+        if recorded is None:
+            return kernel
+        # provider recorded: every observation names the replies it was answered with
+        return dataclasses.replace(kernel, ran_with={**kernel.ran_with, "recorded": recorded})
 
     def _birth(self, spec: LoadedSpec, paths: LineagePaths,
                kernel: kernel_store_writer.LineageKernel) -> None:

@@ -23,6 +23,7 @@ command pays only for what it asks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,7 +159,26 @@ class Fleet:
         """Every spec under ``paths`` (``SpecError`` lists every problem)."""
         from reconciler.spec.load import load_specs
 
-        return load_specs(paths, state_dir=self.given_state_dir)
+        loaded = load_specs(paths, state_dir=self.given_state_dir)
+        if any(spec.recorded_dir is not None for spec in loaded):
+            from reconciler.engine.recorded import fill
+
+            fill(loaded, lambda name: self._lineage_named(name, loaded))
+        return loaded
+
+    def _lineage_named(self, name: str, specs: Sequence[LoadedSpec]) -> LineagePaths | None:
+        """Where lineage ``name`` lives: a spec of this run's, else ``<state dir>/NAME``;
+        None when there is none."""
+        from reconciler.errors import StateError
+        from reconciler.state.fleet import find_lineages
+
+        for spec in specs:
+            if spec.name == name:
+                return self.where(spec)
+        try:
+            return find_lineages([name], [], self.given_state_dir)[0].paths
+        except StateError:
+            return None
 
     def select(self, found: Iterable[_Chosen], select: Sequence[str] | None) -> list[_Chosen]:
         """Those ``select`` names or whose labels it selects (all when empty); a bad
@@ -262,8 +282,14 @@ class Fleet:
 
         seen = self.observe(spec) if observed is None else observed
         fork = self.fork_source(spec, seen)
-        return planner.plan_lineage(spec, seen, self.identity, preflight=self.preflight,
-                                    kernel=self.kernel_facts(spec, seen, fork), fork=fork)
+        planned = planner.plan_lineage(spec, seen, self.identity, preflight=self.preflight,
+                                       kernel=self.kernel_facts(spec, seen, fork), fork=fork)
+        if spec.recorded_dir is None:
+            return planned
+        from reconciler.engine.recorded import remaining_note
+
+        note = remaining_note(spec, seen.last_observation)
+        return dataclasses.replace(planned, notes=(*planned.notes, note)) if note else planned
 
     def plan(self, specs: Sequence[LoadedSpec], *,
              observed: Mapping[str, Observed] | None = None,

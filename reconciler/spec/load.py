@@ -32,6 +32,7 @@ from reconciler.spec import API_VERSION, KIND, SET_KIND, LineageSpec, ModelSpec,
 from reconciler.spec.fork_parents import state_dir_or_none, with_parents
 from reconciler.spec.loaded import LoadedSpec, ParentPlaces, default_places
 from reconciler.spec.messages import plain_place, validated
+from reconciler.spec.models import RECORDED
 from reconciler.spec.overlaps import check_places, check_unique
 from reconciler.spec.positions import locate, mark, problem
 from reconciler.spec.probes import ResolvedProbe, resolve
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 _resolve_state_dir = state_dir  # ``load_specs``' own parameter is named state_dir
+RECORDED_DIR = ".recorded"  # <state dir>/.recorded/NAME: provider recorded's replay folder
 
 
 def _validate(source: Source, parsed: Parsed, problems: list[Problem]) -> list[Document]:
@@ -167,6 +169,8 @@ def _resolve(document: Document, default_dir: Path, shared: _Shared) -> LoadedSp
         probes=_probes(document),
         set_name=document.set_name,
         member=document.member,
+        recorded_dir=(default_dir / RECORDED_DIR / spec.name if model.provider == RECORDED
+                      else None),
     )
 
 

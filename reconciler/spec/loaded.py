@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reconciler.kernel.base.config import Ceilings, LineagePaths, ModelConfig
 from reconciler.spec import sets
-from reconciler.spec.models import ForkSpec, LineageSpec
+from reconciler.spec.models import RECORDED, ForkSpec, LineageSpec
 from reconciler.spec.probes import ResolvedProbe
 
 __all__ = ["LoadedSpec", "ParentPlaces", "default_places"]
@@ -52,6 +52,9 @@ class LoadedSpec:
     member: sets.Membership | None = None  # where in its set (cell, replica, matrix values)
     # spec.from's parent: a spec of this run, else <state dir>/NAME (None: not a fork)
     fork_parent: ParentPlaces | None = None
+    # provider recorded: the replay folder ouro fills with the source's recorded replies,
+    # <state dir>/.recorded/NAME (reconciler.engine.recorded); None for other providers
+    recorded_dir: Path | None = None
 
     @property
     def fork(self) -> ForkSpec | None:
@@ -80,14 +83,17 @@ class LoadedSpec:
         )
 
     def model(self) -> ModelConfig:
+        """The kernel's model; provider ``recorded`` is the kernel's ``replay`` of the folder
+        ouro fills (``recorded_dir``)."""
         model = self.spec.spec.model
+        recorded = model.provider == RECORDED
         return ModelConfig(
-            provider=model.provider,
+            provider="replay" if recorded else model.provider,
             name=model.name,
             price=model.resolved_price(),
             base_url=model.base_url,
             api_key_env=model.api_key_env,
-            replay_dir=model.replay,
+            replay_dir=self.recorded_dir if recorded else model.replay,
             max_output_tokens=model.max_output_tokens,
             max_prompt_bytes=model.max_prompt_bytes,
             request_timeout_seconds=model.request_timeout,

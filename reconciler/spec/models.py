@@ -65,6 +65,7 @@ __all__ = [
     "KIND",
     "MAX_REPLICAS",
     "PAID_PROVIDERS",
+    "RECORDED",
     "SET_KIND",
     "CeilingsSpec",
     "ExecutorSpec",
@@ -90,8 +91,12 @@ MAX_TASKS = 4194304  # the kernel's PID_MAX_LIMIT
 MAX_COUNT = 1_000_000_000
 MAX_GENERATIONS = 1_000_000
 
-# The providers, from their one record each (``reconciler.kernel.base.registry``).
-Provider = registry.ProviderName
+# The providers, from their one record each (``reconciler.kernel.base.registry``), and
+# ``recorded``: the control plane's own, another lineage's recorded replies served by the
+# kernel's replay provider from a folder ouro fills (``reconciler.engine.recorded``).
+RECORDED = "recorded"
+Provider = Literal[registry.ProviderName, "recorded"]
+_OFFLINE = (*kc.OFFLINE_PROVIDERS, RECORDED)  # no server, no key, no price
 Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
 PAID_PROVIDERS = registry.PAID_PROVIDERS
 DEFAULT_API_KEY_ENV: dict[str, str | None] = registry.DEFAULT_KEY_ENV
@@ -176,7 +181,9 @@ _PROVIDER_RULES: list[Any] = [
     _when([p for p in registry.PROVIDERS if p not in registry.STORING_PROVIDERS],
           {"properties": {"store": _NULL}}),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
-    _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
+    _when(RECORDED, {"required": ["lineage"]}, {"properties": {"lineage": _NULL}}),
+    _when(list(_OFFLINE), {"properties": {"price": _NULL, "api_key_env": _NULL,
+                                          "base_url": _NULL}}),
     _when(
         list(PAID_PROVIDERS),
         {
@@ -211,7 +218,8 @@ class ModelSpec(Strict):
         extra="forbid", strict=True, frozen=True, json_schema_extra={"allOf": _PROVIDER_RULES}
     )
 
-    provider: Provider = Field(description="anthropic | openai | openai-compatible | replay | echo")
+    provider: Provider = Field(
+        description="anthropic | openai | openai-compatible | replay | echo | recorded")
     name: str = Field(
         default="",
         validate_default=True,
@@ -240,6 +248,13 @@ class ModelSpec(Strict):
         validate_default=True,
         description="replay only, and required there: a folder of response files (every "
         "non-hidden file, in name order), relative to the spec file's folder",
+    )
+    lineage: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="recorded only, and required there: the lineage whose recorded replies "
+        "answer, in order, from its generation 1 (a fork: from the one after the fork point)",
+        json_schema_extra={"pattern": DNS_LABEL.pattern},
     )
     max_output_tokens: int = Field(default=12000, ge=1, le=MAX_COUNT, description="per request")
     max_prompt_bytes: Size = Field(
@@ -283,6 +298,8 @@ class ModelSpec(Strict):
                     data["api_key_env"] = DEFAULT_API_KEY_ENV[provider]
                 if "name" not in data and provider in kc.OFFLINE_PROVIDERS:
                     data["name"] = provider
+            elif provider == RECORDED and "name" not in data:
+                data = {**data, "name": provider}
         return data
 
     @field_validator("name")
@@ -303,7 +320,7 @@ class ModelSpec(Strict):
         provider = info.data.get("provider")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(
                     f"provider {provider} reaches no server: remove base_url"
@@ -336,7 +353,7 @@ class ModelSpec(Strict):
     @classmethod
     def _api_key_env(cls, value: str | None, info: ValidationInfo) -> str | None:
         provider = info.data.get("provider")
-        if provider in kc.OFFLINE_PROVIDERS and value is not None:
+        if provider in _OFFLINE and value is not None:
             raise ValueError(f"provider {provider} uses no API key: remove api_key_env")
         if provider in registry.KEYED_PROVIDERS and value is None:
             raise ValueError(
@@ -380,6 +397,28 @@ class ModelSpec(Strict):
             raise ValueError(problem)
         return value
 
+    @model_serializer(mode="wrap")
+    def _without_no_lineage(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model that is not ``recorded`` dumps as before ``lineage`` existed: its spec's
+        digest (in saved plans and every observation) stays the same."""
+        dumped: dict[str, Any] = handler(self)
+        if self.lineage is None:
+            dumped.pop("lineage", None)
+        return dumped
+
+    @field_validator("lineage")
+    @classmethod
+    def _lineage(cls, value: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider is not None and provider != RECORDED and value is not None:
+            raise ValueError(f"lineage is only for provider recorded, not {provider}: remove it")
+        if provider == RECORDED and value is None:
+            raise ValueError("provider recorded needs lineage: the name of the lineage whose "
+                             "recorded replies answer")
+        if value is not None and not whole(DNS_LABEL, value):
+            raise ValueError(f"{value!r} is not a lineage name (lowercase letters, digits, '-')")
+        return value
+
     @field_validator("store")
     @classmethod
     def _store(cls, value: bool | None, info: ValidationInfo) -> bool | None:
@@ -408,7 +447,7 @@ class ModelSpec(Strict):
         provider, name = info.data.get("provider"), info.data.get("name")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(f"provider {provider} costs nothing: remove price")
             return value
@@ -422,6 +461,8 @@ class ModelSpec(Strict):
         return value
 
     def resolved_price(self) -> kc.Price:
+        if self.provider == RECORDED:
+            return kc.FREE
         if self.price is not None:
             return self.price.to_price()
         known = prices.known_price(self.provider, self.name)

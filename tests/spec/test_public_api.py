@@ -42,7 +42,8 @@ def test_the_contract_signatures() -> None:
     )
     fields = [f for f in load.LoadedSpec.__dataclass_fields__]
     assert fields == ["spec", "file", "document_index", "line", "sha256", "declared_branch",
-                      "declared_observation_branch", "probes", "set_name", "member", "fork_parent"]
+                      "declared_observation_branch", "probes", "set_name", "member", "fork_parent",
+                      "recorded_dir"]
     for name in ("paths", "model", "ceilings"):
         assert callable(getattr(load.LoadedSpec, name))
     assert isinstance(load.LoadedSpec.name, property)
