@@ -62,8 +62,17 @@ def checked_not_run(command: str) -> bool:
     if words[:3] == ["python3", "-m", "venv"]:
         assert words[3:] == [".venv"], command
         return True
+    if words[:4] == [".venv/bin/python", "-m", "pip", "wheel"]:
+        # the build itself is tests/install/test_publish.py's (and the wheel's install
+        # and first apply, tests/install/test_install.py's)
+        assert words[4:] == ["-q", "--no-deps", "-w", "dist", "."], command
+        return True
     if words[:4] == [".venv/bin/python", "-m", "pip", "install"]:
-        assert words[4:7] == ["-q", "-c", "constraints.txt"] and words[7] == "-e", command
+        assert words[4:7] == ["-q", "-c", "constraints.txt"], command
+        if words[7] != "-e":  # the wheel the README's `pip wheel` builds, by its name
+            version = PYPROJECT["project"]["version"]
+            assert words[7:] == [f"dist/ouro_lineages-{version}-py3-none-any.whl"], command
+            return True
         extras = re.fullmatch(r"\.(?:\[(\w+)\])?", words[8])
         assert extras, command
         assert extras[1] is None or extras[1] in PYPROJECT["project"]["optional-dependencies"]
