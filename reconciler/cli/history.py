@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, StateDir, one_of
+from reconciler.cli.options import Json, Select, StateDir, one_of
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from reconciler.state.summaries import LineageSummary
 
 DEFAULT_EXPERIMENT = "ouro"  # `ouro export --to mlflow`'s experiment unless --experiment
-NamesArgument = Annotated[list[str], typer.Argument(
-    help="lineage names; with --specs, a LineageSet's name: its members and orphans",
-    show_default=False)]
+NamesArgument = Annotated[list[str] | None, typer.Argument(
+    help="lineage names; with --specs, a LineageSet's name: its members and orphans; "
+    "none: every lineage of --specs, else of the state dir", show_default=False)]
 SpecsOption = Annotated[
     list[Path] | None,
     typer.Option("--specs", help="spec files or folders naming the lineages (else the state "
@@ -41,24 +41,24 @@ def _summaries(names: list[str], specs: list[Path] | None, state_dir: Path | Non
     return Fleet(state_dir).summaries(names, specs or [])
 
 
-def _named(names: list[str], specs: list[Path] | None, state_dir: Path | None) -> list[
-    tuple[Shown, LineageSummary]
-]:
+def _named(names: list[str] | None, specs: list[Path] | None, state_dir: Path | None,
+           select: list[str] | None = None) -> list[tuple[Shown, LineageSummary]]:
     """Each name's lineage, or a set's members and orphans, cell by cell (a set's name
-    with --specs), each with its summary."""
+    with --specs), those --select chooses, each with its summary."""
     from reconciler.engine.fleet import Fleet
 
-    return Fleet(state_dir).named_summaries(names, specs or [])
+    return Fleet(state_dir).named_summaries(names or [], specs or [], select)
 
 
 def log_command(
-    names: NamesArgument,
+    names: NamesArgument = None,
     as_json: Json = False,
     deaths: Annotated[bool, typer.Option("--deaths", help="only generations that died")]
     = False,
     since: Annotated[int | None, typer.Option("--since", min=1,
                                               help="only generations N and later")] = None,
     specs: SpecsOption = None,
+    select: Select = None,
     state_dir: StateDir = None,
 ) -> None:
     """One row per generation: outcome, organism size and diff, model calls, tokens, spend,
@@ -73,7 +73,7 @@ def log_command(
     probes = {}
     members = {}
     stops = {}
-    for found, summary in _named(names, specs, state_dir):
+    for found, summary in _named(names, specs, state_dir, select):
         rows = [row for row in summary.rows
                 if (not deaths or row.status == "died")
                 and (since is None or row.generation >= since)]
@@ -185,7 +185,7 @@ def _check_destination(to: str | None, out: Path | None, tracking_uri: str | Non
 
 
 def export_command(
-    names: NamesArgument,
+    names: NamesArgument = None,
     fmt: Annotated[str, typer.Option("--format", callback=one_of(("csv", "jsonl")),
                                      help="csv or jsonl")] = "csv",
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write to FILE")] = None,
@@ -199,6 +199,7 @@ def export_command(
         "--experiment", help="with --to mlflow: the experiment (made when missing)")]
     = DEFAULT_EXPERIMENT,
     specs: SpecsOption = None,
+    select: Select = None,
     state_dir: StateDir = None,
 ) -> None:
     """The per-generation table for pandas or R: one row per generation (docs/export.md);
@@ -211,7 +212,7 @@ def export_command(
         raise OuroError(f"ouro export: --format {fmt!r} is not one of "
                         f"{', '.join(EXPORT_FORMATS)}")
     _check_destination(to, out, tracking_uri, experiment)
-    named = _named(names, specs, state_dir)
+    named = _named(names, specs, state_dir, select)
     found = [(shown.paths, summary) for shown, summary in named]
     summaries = [summary for _paths, summary in found]
     probes = {summary.name: columns(paths) for paths, summary in found}
