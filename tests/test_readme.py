@@ -93,7 +93,7 @@ def _view(command: str, cwd: Path, env: dict[str, str]) -> None:
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        found = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+        found = re.search(r"(http://127\.\d+\.\d+\.\d+:\d+)/\?token=(\S+)", line)
         assert found, f"{command}: printed {line!r}"
         page = httpx.get(f"{found[1]}/?token={found[2]}", timeout=30)
         assert page.status_code == 200 and "scribe" in page.text

@@ -6,10 +6,18 @@ frames, no plugins, forms only to this server (the lineage page's diff form, a
 GET). A request without the token (in the URL's ``token`` query, or the cookie
 the first such request sets) gets 403; a Host header other than the bound
 loopback names gets 400 (DNS rebinding).
+
+The cookie is not the token: its value is an HMAC, keyed by the token, of the address
+and port the viewer serves on (``cookie_value``), so a cookie that reaches another
+server (browsers scope cookies by host, not by port) is not the token, and no other
+viewer accepts it. That it reaches no other server is the server's part: it serves on
+a random address of 127.0.0.0/8 (``reconciler.viewer.server``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -56,7 +64,8 @@ from reconciler.viewer.plots import (
     render_svg,
 )
 
-__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "create_app", "new_token"]
+__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "cookie_value", "create_app",
+           "new_token"]
 
 HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -81,6 +90,14 @@ def cookie_name(port: int) -> str:
     """The token cookie of the viewer on ``port``: a browser sends every cookie of
     127.0.0.1 to every port, so two viewers must not share (and overwrite) one name."""
     return f"{TOKEN_COOKIE}_{int(port)}"
+
+
+def cookie_value(token: str, address: str, port: int) -> str:
+    """The cookie the viewer with ``token`` on ``address``:``port`` sets and accepts: an
+    HMAC-SHA256 of the address and port keyed by the token (hex), useless anywhere else
+    and not the token (a server it reaches cannot turn it into the URL's token)."""
+    message = f"ouro-view-cookie\0{address}\0{int(port)}".encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -210,24 +227,24 @@ def _environment() -> jinja2.Environment:
 class _Guard(BaseHTTPMiddleware):
     """The token (403 without it) and the security headers on every response."""
 
-    def __init__(self, app: Any, token: str, cookie: str) -> None:
+    def __init__(self, app: Any, token: str, cookie: str, value: str) -> None:
         super().__init__(app)
-        self.token, self.cookie = token, cookie
+        self.token, self.cookie, self.value = token, cookie, value
 
     async def dispatch(self, request: Request,
                        call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         given = request.query_params.get("token")
         cookie = request.cookies.get(self.cookie)
-        ok = any(value is not None and secrets.compare_digest(value, self.token)
-                 for value in (given, cookie))
+        ok = ((given is not None and secrets.compare_digest(given, self.token))
+              or (cookie is not None and secrets.compare_digest(cookie, self.value)))
         if not ok:
             response: Response = PlainTextResponse(
                 "403: this viewer needs the token in the URL `ouro view` printed\n",
                 status_code=403)
         else:
             response = await call_next(request)
-            if given is not None and cookie != self.token:
-                response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
+            if given is not None and cookie != self.value:
+                response.set_cookie(self.cookie, self.value, httponly=True, samesite="strict",
                                     path="/")
         for key, value in _HEADERS.items():
             response.headers.setdefault(key, value)
@@ -405,8 +422,9 @@ def _plot_routes(source: FleetSource) -> list[Route]:
 
 def create_app(source: FleetSource, token: str,
                hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1"),
-               port: int = 0) -> Starlette:
-    """The viewer over ``source`` on ``port``, answering only requests that carry ``token``."""
+               port: int = 0, address: str = "127.0.0.1") -> Starlette:
+    """The viewer over ``source`` on ``address``:``port``, answering only requests that
+    carry ``token`` (or the cookie ``cookie_value`` makes of it there)."""
     templates = Jinja2Templates(env=_environment())
 
     def page(request: Request, name: str, context: dict[str, Any],
@@ -480,6 +498,7 @@ def create_app(source: FleetSource, token: str,
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
-                    Middleware(_Guard, token=token, cookie=cookie_name(port))],
+                    Middleware(_Guard, token=token, cookie=cookie_name(port),
+                               value=cookie_value(token, address, port))],
         exception_handlers={404: _not_found},
     )
