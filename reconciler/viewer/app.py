@@ -112,6 +112,7 @@ class Shown:
     until: Sequence[UntilSpec] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
     member: Membership | None = None  # its place in its LineageSet (None: not in one)
+    suspended: bool = False  # its spec's ``suspend``: apply starts no generation of it
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ class Known:
     probe_head: str | None = None
     shown: Shown | None = None  # what it was read for (a changed spec reads it again)
     stop_stamp: tuple[int, int, int] | None = None  # the stop record it read (state.stops)
+    fork: family.ForkOf | None = None  # a fork's parent and generation (None: no fork)
+
 
 
 def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
@@ -191,10 +194,25 @@ class FleetSource:
         fresh = Known(summary, born_under(shown.paths),
                       lineage_stop(shown.paths, summary, shown.model),
                       probe_records.table(shown.paths), _until(shown, summary), probe_head,
-                      shown, stamp)
+                      shown, stamp, family.fork_of(shown.paths))
         with self._lock:
             self._known_at[name] = fresh
         return fresh
+
+    def offset(self, name: str, shown: Shown) -> int:
+        """Where its generations sit on the plots' x axis (absolute generations): a fork's
+        after the generation it forked from, itself counted from its parent's first
+        ancestor the viewer shows (a parent not shown counts from its own first)."""
+        total, seen = 0, {name}
+        fork = self.known(name, shown).fork
+        while fork is not None:
+            total += fork.generation
+            found = self.lineages().get(fork.parent)
+            if found is None or fork.parent in seen:
+                break
+            seen.add(fork.parent)
+            fork = self.known(fork.parent, found).fork
+        return total
 
     def summary(self, name: str, shown: Shown) -> LineageSummary:
         return self.known(name, shown).summary
@@ -264,7 +282,7 @@ def _fleet_lines(source: FleetSource, controller: ControllerStatus | None = None
         lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
                                       known.born, source.running(shown, known.summary),
                                       stalled=pages.stalled_text(found.get(name)),
-                                      until=known.until))
+                                      until=known.until, suspended=shown.suspended))
     return sorted(lines, key=lambda line: line.stalled is None), known_of
 
 
@@ -274,7 +292,9 @@ def _fleet_context(source: FleetSource, request: Request) -> dict[str, Any]:
     columns = sorted({column for known in known_of for column in known.probes.plottable()})
     return {"lines": lines, "problem": source.problem,
             "controller": pages.controller_context(controller),
-            "plots": pages.fleet_plots() if any(line.created for line in lines) else [],
+            "plots": pages.fleet_plots(spent=any(known.summary.spend_usd
+                                                 for known in known_of))
+            if any(line.created for line in lines) else [],
             **pages.fleet_probe_context(columns, request.query_params.get("metric")),
             **_sets_context(source)}
 
@@ -371,16 +391,18 @@ def _plot_image(source: FleetSource, request: Request) -> Response:
     plot = PLOTS.get(str(request.path_params["metric"]))
     if shown is None or plot is None:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_svg(plot, source.summary(name, shown).rows))
+    return _svg(render_svg(plot, source.summary(name, shown).rows, source.offset(name, shown)))
 
 
 def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
     metric = str(request.path_params["metric"])
     if metric not in FLEET_PLOTS:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    rows = [(name, source.summary(name, shown).rows)
-            for name, shown in source.lineages().items()]
-    return _svg(render_fleet_svg(PLOTS[metric], rows))
+    shown = source.lineages()
+    return _svg(render_fleet_svg(PLOTS[metric], [(name, source.summary(name, found).rows)
+                                                 for name, found in shown.items()],
+                                 {name: source.offset(name, found)
+                                  for name, found in shown.items()}))
 
 
 def _probe_plot_image(source: FleetSource, request: Request) -> Response:
@@ -389,25 +411,27 @@ def _probe_plot_image(source: FleetSource, request: Request) -> Response:
     name, column = str(request.path_params["name"]), request.query_params.get("metric", "")
     shown = source.lineages().get(name)
     known = source.known(name, shown) if shown is not None else None
-    if known is None or column not in known.probes.values:
+    if shown is None or known is None or column not in known.probes.values:
         return PlainTextResponse("404: no such plot\n", status_code=404)
     probe = known.probes.probe_of.get(column, "")
     return _svg(render_probe_svg(column, known.summary.rows, known.probes.values[column],
-                                 known.probes.failures.get(probe, {})))
+                                 known.probes.failures.get(probe, {}),
+                                 source.offset(name, shown)))
 
 
 def _fleet_probe_plot_image(source: FleetSource, request: Request) -> Response:
     """``/fleet-probe-plot.svg?metric=probe.<name>.<metric>``: one probe metric, a line
     per lineage that measured it."""
     column = request.query_params.get("metric", "")
-    lines = []
+    lines, offsets = [], {}
     for name, shown in source.lineages().items():
         known = source.known(name, shown)
         if column in known.probes.values:
             lines.append((name, known.summary.generations, known.probes.values[column]))
+            offsets[name] = source.offset(name, shown)
     if not lines:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_fleet_probe_svg(column, lines))
+    return _svg(render_fleet_probe_svg(column, lines, offsets))
 
 
 def _plot_routes(source: FleetSource) -> list[Route]:
@@ -453,7 +477,9 @@ def create_app(source: FleetSource, token: str,
                     pages.lineage_context(name, known.summary, known.born, known.stop,
                                           desired=shown.desired,
                                           running=source.running(shown, known.summary),
-                                          probes=known.probes, until=known.until))
+                                          probes=known.probes, until=known.until,
+                                          fork=known.fork, suspended=shown.suspended,
+                                          offset=source.offset(name, shown)))
 
     def diff_page(request: Request) -> Response:
         chosen = lineage(request)

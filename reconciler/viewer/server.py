@@ -47,7 +47,8 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
         return {item.name: Shown(item.paths, item.desired, item.model,
                                  tuple(item.spec.spec.spec.until) if item.spec else (),
                                  {probe.name: probe.digest for probe in item.spec.probes}
-                                 if item.spec else {})
+                                 if item.spec else {},
+                                 suspended=bool(item.spec and item.spec.spec.spec.suspend))
                 for item in fleet(specs, state_dir)}
 
     source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
@@ -69,7 +70,7 @@ def _from_specs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, Show
             item.paths, body.generations if body else None, body.model if body else None,
             tuple(body.until) if body else (),
             {probe.name: probe.digest for probe in spec.probes} if spec else {},
-            member=item.member)
+            member=item.member, suspended=bool(body and body.suspend))
     return found
 
 

@@ -192,3 +192,19 @@ def test_cumulative_spend_adds_the_known_spends(tmp_path: Path) -> None:
                   cumulative=True)
     assert gap[0] == pytest.approx(0.02) and math.isnan(gap[1])
     assert gap[2] == pytest.approx(0.05)
+
+
+def test_the_y_axis_is_never_negative_for_non_negative_data() -> None:
+    """A flat zero (a free model's spend) is drawn from 0, not around a negative axis;
+    negative data keeps its axis (issue 41, 6)."""
+    from reconciler.viewer import plots
+
+    for values, bottom in (([0.0, 0.0, 0.0], 0.0), ([0.0, 2.5, 1.0], 0.0)):
+        _figure, axes = plots._figure()
+        axes.plot([1, 2, 3], values)
+        plots._floor(axes)
+        assert axes.get_ylim()[0] == bottom, values
+    _figure, axes = plots._figure()
+    axes.plot([1, 2, 3], [0.0, -1.0, 1.0])
+    plots._floor(axes)
+    assert axes.get_ylim()[0] < -1.0
