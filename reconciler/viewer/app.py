@@ -444,6 +444,15 @@ def _plot_routes(source: FleetSource) -> list[Route]:
     ]
 
 
+def _lineage_context(source: FleetSource, name: str, shown: Shown) -> dict[str, Any]:
+    known = source.known(name, shown)
+    return pages.lineage_context(name, known.summary, known.born, known.stop,
+                                 desired=shown.desired,
+                                 running=source.running(shown, known.summary),
+                                 probes=known.probes, until=known.until, fork=known.fork,
+                                 suspended=shown.suspended, offset=source.offset(name, shown))
+
+
 def create_app(source: FleetSource, token: str,
                hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1"),
                port: int = 0, address: str = "127.0.0.1") -> Starlette:
@@ -471,15 +480,7 @@ def create_app(source: FleetSource, token: str,
         chosen = lineage(request)
         if chosen is None:
             return missing(request, "no such lineage here")
-        name, shown = chosen
-        known = source.known(name, shown)
-        return page(request, "lineage.html",
-                    pages.lineage_context(name, known.summary, known.born, known.stop,
-                                          desired=shown.desired,
-                                          running=source.running(shown, known.summary),
-                                          probes=known.probes, until=known.until,
-                                          fork=known.fork, suspended=shown.suspended,
-                                          offset=source.offset(name, shown)))
+        return page(request, "lineage.html", _lineage_context(source, *chosen))
 
     def diff_page(request: Request) -> Response:
         chosen = lineage(request)
