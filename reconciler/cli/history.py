@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, StateDir, one_of
+from reconciler.cli.options import Json, Select, StateDir, one_of
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from reconciler.state.table import GenerationTable
 
 DEFAULT_EXPERIMENT = "ouro"  # `ouro export --to mlflow`'s experiment unless --experiment
-NamesArgument = Annotated[list[str], typer.Argument(
-    help="lineage names; with --specs, a LineageSet's name: its members and orphans",
-    show_default=False)]
+NamesArgument = Annotated[list[str] | None, typer.Argument(
+    help="lineage names; with --specs, a LineageSet's name: its members and orphans; "
+    "none: every lineage of --specs, else of the state dir", show_default=False)]
 SpecsOption = Annotated[
     list[Path] | None,
     typer.Option("--specs", help="spec files or folders naming the lineages (else the state "
@@ -62,7 +62,7 @@ def _columns(value: str | None) -> list[str] | None:
 
 
 def log_command(
-    names: NamesArgument,
+    names: NamesArgument = None,
     as_json: Json = False,
     fmt: Annotated[str, typer.Option("--format", callback=one_of(LOG_FORMATS),
                                      help="text (default), json (as --json), or the "
@@ -75,6 +75,7 @@ def log_command(
     since: Annotated[int | None, typer.Option("--since", min=1,
                                               help="only generations N and later")] = None,
     specs: SpecsOption = None,
+    select: Select = None,
     state_dir: StateDir = None,
 ) -> None:
     """One row per generation: outcome, organism size and diff, model calls, spend, CPU,
@@ -86,7 +87,7 @@ def log_command(
     chosen = _columns(columns)
     if as_json and fmt not in ("text", "json"):
         raise typer.BadParameter(f"--json is --format json, not {fmt}", param_hint="--json")
-    whole, stops = Fleet(state_dir).table_and_stops(names, specs or [])
+    whole, stops = Fleet(state_dir).table_and_stops(names or [], specs or [], select)
     table = whole.only(lambda row: (not deaths or row.facts.status == "died")
                        and (since is None or row.generation >= since))
     if chosen is not None:
@@ -154,13 +155,13 @@ def _require_mlflow() -> None:
 
 
 def _to_mlflow(names: list[str], specs: list[Path] | None, tracking_uri: str | None,
-               experiment: str, state_dir: Path | None) -> None:
+               experiment: str, state_dir: Path | None, select: list[str] | None) -> None:
     from reconciler.engine.fleet import Fleet
     from reconciler.engine.mlflow_export import export_to_mlflow
     from reconciler.report.escape import terminal
 
     table, done_runs = export_to_mlflow(Fleet(state_dir), names, specs or [], tracking_uri,
-                                        experiment)
+                                        experiment, select)
     _problems(table)
     for done in done_runs:
         steps = (f"generations {done.steps_added[0]}-{done.steps_added[-1]}"
@@ -199,7 +200,7 @@ def _check_destination(to: str | None, out: Path | None, tracking_uri: str | Non
 
 
 def export_command(
-    names: NamesArgument,
+    names: NamesArgument = None,
     fmt: Annotated[str, typer.Option("--format", callback=_export_format,
                                      help="csv, jsonl or json (one array)")] = "csv",
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write to FILE")] = None,
@@ -213,6 +214,7 @@ def export_command(
         "--experiment", help="with --to mlflow: the experiment (made when missing)")]
     = DEFAULT_EXPERIMENT,
     specs: SpecsOption = None,
+    select: Select = None,
     state_dir: StateDir = None,
 ) -> None:
     """The per-generation table for pandas or R: one row per generation (docs/export.md);
@@ -223,9 +225,9 @@ def export_command(
 
     _check_destination(to, out, tracking_uri, experiment)
     if to is not None:
-        _to_mlflow(names, specs, tracking_uri, experiment, state_dir)
+        _to_mlflow(names or [], specs, tracking_uri, experiment, state_dir, select)
         return
-    table = Fleet(state_dir).table(names, specs or [])
+    table = Fleet(state_dir).table(names or [], specs or [], select)
     _problems(table)
     text = export_text(table, fmt)
     if out is None:

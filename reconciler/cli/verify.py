@@ -1,6 +1,7 @@
-"""CLI: `ouro verify PATH...`: the full-history audit of every lineage the specs name.
+"""CLI: `ouro verify [PATH|NAME...]`: the full-history audit of every lineage the specs or
+names name (``reconciler.engine.chosen``), else of every lineage in the state dir.
 
-Thin: load specs, run the audit in its supervised child, render, exit
+Thin: resolve the lineages, run the audit in its supervised child, render, exit
 0 consistent / 1 findings or unknown.
 """
 
@@ -11,12 +12,15 @@ from typing import Annotated
 
 import typer
 
-from reconciler.cli.options import Json, SpecPaths, StateDir
+from reconciler.cli.options import Json, Select, StateDir
 
 
 def verify_command(
-    paths: SpecPaths,
+    arguments: Annotated[list[str] | None, typer.Argument(
+        help="spec files or folders, or lineage or set names; none: every lineage in the "
+        "state dir", show_default=False, metavar="[PATH|NAME]...")] = None,
     as_json: Json = False,
+    select: Select = None,
     state_dir: StateDir = None,
     timeout: Annotated[
         float | None,
@@ -39,10 +43,15 @@ def verify_command(
     from reconciler.state.fleet import audit_record_dir
 
     fleet = Fleet(state_dir, command="ouro verify")
-    loaded = fleet.load(paths)  # a SpecError is printed by cli.main
-    parents = {spec.fork_parent.name: fleet.where(spec.fork_parent) for spec in loaded
-               if spec.fork_parent is not None}
-    report = verify([(spec.name, fleet.where(spec)) for spec in loaded],
+    chosen = fleet.chosen(arguments or (), select=select)  # a SpecError: printed by cli.main
+    if not chosen:
+        print("ouro verify: no lineages", file=sys.stderr)
+        return
+    parents = {item.spec.fork_parent.name: fleet.where(item.spec.fork_parent)
+               for item in chosen if item.spec is not None and item.spec.fork_parent}
+    if any(item.spec is None for item in chosen):  # a fork without its spec: any parent
+        parents = {**{item.name: item.paths for item in fleet.every_lineage()}, **parents}
+    report = verify([(item.name, item.paths) for item in chosen],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
     sys.stdout.write(verify_json(report) if as_json else verify_text(report))

@@ -78,6 +78,15 @@ class Limits:
     _mutex: threading.Lock = field(default_factory=threading.Lock)
     stopped_by: str | None = None
 
+    def why_stopped(self) -> str | None:
+        """Why the apply stopped early, for its summary: the first reason a check found,
+        else ``interrupt`` when interrupted (a second Ctrl-C can end the run before any
+        check sees the first), else None."""
+        with self._mutex:
+            if self.stopped_by is None and (self.stop.is_set() or self.cancel.is_set()):
+                self.stopped_by = "interrupt"
+            return self.stopped_by
+
     def may_continue(self) -> bool:
         """Neither interrupted nor past the deadline."""
         with self._mutex:

@@ -339,26 +339,29 @@ class Fleet:
 
     # ------------------------------------------------------------------ status and history
 
-    def status(self, paths: Sequence[Path] | None, select: Sequence[str] | None = ()
+    def chosen(self, arguments: Sequence[str | Path], specs: Sequence[Path] = (),
+               select: Sequence[str] | None = (), names: Sequence[str] = ()) -> list[Shown]:
+        """The lineages a reading command's arguments (spec paths, lineage and set names),
+        ``names`` (names only), ``--specs`` and ``--select`` name: the one answer
+        (``reconciler.engine.chosen``)."""
+        from reconciler.engine.chosen import choose
+
+        return choose(arguments, names=names, specs=specs, select_texts=select,
+                      state_dir=self.given_state_dir, command=self.command)
+
+    def status(self, arguments: Sequence[str | Path] | None, select: Sequence[str] | None = ()
                ) -> tuple[list[StatusLine], ControllerStatus | None]:
-        """``ouro status``: the specs' lineages (each set's together, cell by cell, with its
-        orphans, as plan shows them: ``reconciler.engine.sets``), or every lineage in the
-        state dir; and what a controller of the state dir last wrote (None: none)."""
-        from reconciler.engine.sets import grouped
+        """``ouro status``: the lineages its arguments name (``chosen``: each set's together,
+        cell by cell, with its orphans, as plan shows them), or every lineage in the state
+        dir; and what a controller of the state dir last wrote (None: none)."""
         from reconciler.state.cachefile import one_seal
-        from reconciler.state.fleet import fleet, summary_cache_dir
+        from reconciler.state.fleet import summary_cache_dir
         from reconciler.state.observe import observe
         from reconciler.state.status import read_status
 
-        if paths:
-            loaded = self.load(paths)
-            found = [_Named(item.name, item.paths, item.spec.labels if item.spec else {},
-                            item.spec, item.member)
-                     for item in grouped(loaded, self.select(loaded, select),
-                                         self.given_state_dir)]
-        else:
-            found = self.select([_Named(item.name, item.paths, {})
-                                 for item in fleet([], self.given_state_dir)], select)
+        found = [_Named(item.name, item.paths, item.spec.labels if item.spec else {},
+                        item.spec, item.member)
+                 for item in self.chosen(arguments or (), (), select)]
         from reconciler.state.conditions import read_status as read_conditions
 
         controller = read_conditions(self.state_dir)
@@ -404,26 +407,27 @@ class Fleet:
         return [(found.paths, summarize(found.paths, cache))
                 for found in self.lineages(names, specs)]
 
-    def named_summaries(self, names: Sequence[str], specs: Sequence[Path]
+    def named_summaries(self, names: Sequence[str], specs: Sequence[Path],
+                        select: Sequence[str] | None = ()
                         ) -> list[tuple[Shown, LineageSummary]]:
-        """Each name's lineage, or a set's members and orphans, cell by cell (a set's name
-        with ``specs``: ``reconciler.engine.sets.find_named``), each with its summary."""
-        from reconciler.engine.sets import find_named
+        """Each name's lineage, or a set's members and orphans, cell by cell, those
+        ``select`` chooses (``chosen``), each with its summary."""
         from reconciler.state.fleet import summary_cache_dir
         from reconciler.state.summaries import summarize
 
         cache = summary_cache_dir(self.given_state_dir)
         return [(found, summarize(found.paths, cache))
-                for found in find_named(names, specs, self.given_state_dir)]
+                for found in self.chosen((), specs, select, names)]
 
-    def table(self, names: Sequence[str], specs: Sequence[Path]) -> GenerationTable:
+    def table(self, names: Sequence[str], specs: Sequence[Path],
+              select: Sequence[str] | None = ()) -> GenerationTable:
         """The per-generation table (``reconciler.state.table``) of each name's lineage, or
         of a set's members and orphans, cell by cell (``named_summaries``): each row joined
         with its set place, its descent (a fork's ancestors found among these lineages,
         then the state dir's and the specs') and its probes' measurements."""
         from reconciler.state.table import GenerationTable, lineage_table
 
-        named = self.named_summaries(names, specs)
+        named = self.named_summaries(names, specs, select)
         known: dict[str, LineagePaths] = {}
 
         def places(name: str) -> LineagePaths | None:
@@ -436,7 +440,8 @@ class Fleet:
                           spec=shown.spec, places=places)
             for shown, summary in named))
 
-    def table_and_stops(self, names: Sequence[str], specs: Sequence[Path]
+    def table_and_stops(self, names: Sequence[str], specs: Sequence[Path],
+                        select: Sequence[str] | None = ()
                         ) -> tuple[GenerationTable, dict[str, UntilStop | None]]:
         """``table`` and each lineage's ``spec.until`` stop that holds, as ``status``
         shows it (with a spec only: it needs the spec): ``ouro log``'s one call."""
@@ -445,7 +450,7 @@ class Fleet:
         from reconciler.plan.planner import shown_until
         from reconciler.state.probes import metrics
 
-        table = self.table(names, specs)
+        table = self.table(names, specs, select)
         return table, {lineage.name: None if lineage.spec is None else shown_until(
             lineage.spec, partial(metrics, lineage.paths), lineage.summary.generations)
             for lineage in table.lineages}

@@ -407,12 +407,12 @@ def export_runs(lineages: Sequence[LineageRun], tracking_uri: str | None,
 
 
 def export_to_mlflow(fleet: Fleet, names: Sequence[str], specs: Sequence[Path],
-                     tracking_uri: str | None,
-                     experiment: str) -> tuple[GenerationTable, list[Exported]]:
+                     tracking_uri: str | None, experiment: str,
+                     select: Sequence[str] | None = ()) -> tuple[GenerationTable, list[Exported]]:
     """``ouro export --to mlflow``'s one call: the named lineages' table
     (``Fleet.table``), then each lineage's run brought up to date (``export_runs``)."""
     from reconciler.state.birth import birth
 
-    table = fleet.table(names, specs)
+    table = fleet.table(names, specs, select)
     births = {lineage.name: birth(lineage.paths) for lineage in table.lineages}
     return table, export_runs(runs_of(table, births), tracking_uri, experiment)

@@ -253,10 +253,10 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
         result.audit = verdicts.get(spec.name)
         lineages.append(result)
     outcome = ApplyOutcome(lineages, limits.stop.is_set() or limits.cancel.is_set(),
-                           limits.stopped_by, None)
+                           limits.why_stopped(), None)
     events.emit("apply-finished", interrupted=outcome.interrupted,
                 failed=[r.name for r in outcome.failed],
-                unfinished=[r.name for r in outcome.unfinished], stopped_by=limits.stopped_by)
+                unfinished=[r.name for r in outcome.unfinished], stopped_by=outcome.stopped_by)
     return ApplyOutcome(outcome.lineages, outcome.interrupted, outcome.stopped_by,
                         events.failed)
 

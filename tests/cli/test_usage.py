@@ -20,7 +20,7 @@ from reconciler.kernel.base import identity
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
 COMMANDS = sorted(str(c.name) for c in app.registered_commands)
-NEED_PATHS = ["validate", "plan", "apply", "verify"]  # status: none lists the state dir
+NEED_PATHS = ["validate", "plan", "apply"]  # status, verify: none is the state dir's lineages
 
 
 def ouro(*args: str, env: dict[str, str] | None = None, code: str = MAIN,
