@@ -33,6 +33,7 @@ from pydantic import (
 
 from reconciler.spec import units
 from reconciler.spec.fieldtypes import Strict, cpu_share
+from reconciler.spec.files import FileRefused, read_limited
 from reconciler.spec.links import link_between, link_problem
 from reconciler.spec.names import METRIC_NAME, PROBE_NAME
 
@@ -163,10 +164,10 @@ def read_probe_files(folder: Path) -> ProbeFiles:
                     f"the probe files {str(folder)!r} hold more than {MAX_PROBE_FILES} files or "
                     f"{MAX_PROBE_FILES_BYTES >> 20} MiB: a probe's files are small; move data "
                     "elsewhere")
-            try:
-                data = path.read_bytes()
-            except OSError as error:
-                raise ValueError(f"cannot read {str(path)!r}: {error.strerror}") from error
+            try:  # O_NOFOLLOW: a file replaced by a link since lstat is not followed
+                data = read_limited(path, MAX_PROBE_FILES_BYTES, "a probe file", follow=False)
+            except FileRefused as error:
+                raise ValueError(f"cannot read {str(path)!r}: {error}") from error
             rel = path.relative_to(folder).as_posix()
             found.append((rel, bool(info.st_mode & 0o111), data))
     return ProbeFiles(tuple(sorted(found)))
