@@ -17,6 +17,8 @@ from reconciler.spec import units
 
 __all__ = [
     "MAX_BYTES",
+    "MAX_GENERATIONS",
+    "MAX_REPLICAS",
     "MAX_SECONDS",
     "BranchName",
     "Duration",
@@ -32,6 +34,8 @@ __all__ = [
 # files (signed 64-bit) could not hold it anyway.
 MAX_BYTES = (1 << 63) - 1
 MAX_SECONDS = 366 * 86400
+MAX_GENERATIONS = 1_000_000
+MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.sets)
 
 
 class Strict(BaseModel):

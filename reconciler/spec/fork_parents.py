@@ -1,6 +1,7 @@
-"""A fork's parent (``spec.from``): what no plan can change is refused here (a lineage
-forking itself, forks in a circle, ``kernel: parent`` with an instrument pin), and each
-fork is given its parent's places: the run's spec of that name, else the state dir's
+"""A fork's parent (``spec.from``): a set's member named by set, cell and replica is found
+among the run's members, what no plan can change is refused here (a lineage forking
+itself, forks in a circle, ``kernel: parent`` with an instrument pin), and each fork is
+given its parent's places: the run's spec of that name, else the state dir's
 default places of that name (branches as the lineage records them).
 """
 
@@ -8,14 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from reconciler.errors import Problem
 from reconciler.spec.loaded import LoadedSpec, ParentPlaces, default_places
+from reconciler.spec.models import ForkSpec
 from reconciler.spec.positions import locate, problem
 from reconciler.spec.sources import Document
 from reconciler.statedir import state_dir
 
 __all__ = ["state_dir_or_none", "with_parents"]
+
+_MISSING = object()
 
 
 def state_dir_or_none(explicit: Path | None) -> Path | None:
@@ -47,15 +52,84 @@ def _fork_problem(spec: LoadedSpec, by_name: dict[str, LoadedSpec]) -> tuple[str
     return None
 
 
+def _value_at(values: dict[str, Any], path: str) -> Any:
+    """The value a cell has at ``path``: a matrix key, or a field path inside one's value
+    (``model.name`` in a ``model`` key's mapping); ``_MISSING`` when it has none."""
+    for key, value in values.items():
+        if path == key:
+            return value
+        if path.startswith(key + "."):
+            for part in path[len(key) + 1:].split("."):
+                if not isinstance(value, dict) or part not in value:
+                    return _MISSING
+                value = value[part]
+            return value
+    return _MISSING
+
+
+def _set_member(fork: ForkSpec, loaded: list[LoadedSpec]) -> tuple[str, str]:
+    """``spec.from``'s set member: ("", its name), or (the field at fault, the problem)."""
+    members = [spec for spec in loaded if spec.member is not None
+               and spec.member.set_name == fork.set and not spec.member.orphaned]
+    if not members:
+        return "set", (f"no LineageSet {fork.set!r} is a spec of this run: name its spec "
+                       "too, or name the parent member itself with lineage")
+    wanted = fork.cell or {}
+    cells: dict[str | None, dict[str, Any]] = {}
+    for spec in members:
+        assert spec.member is not None
+        values = spec.member.matrix
+        if all(_value_at(values, path) == value for path, value in wanted.items()):
+            cells.setdefault(spec.member.cell, values)
+    if len(cells) != 1:
+        known = sorted({key for spec in members if spec.member for key in spec.member.matrix})
+        how = "no cell" if not cells else f"{len(cells)} cells"
+        return "cell", (f"matches {how} of set {fork.set!r} (its matrix keys: "
+                        f"{', '.join(known) or 'none'}): give the values of exactly one cell")
+    (cell,) = cells
+    for spec in members:
+        assert spec.member is not None
+        if spec.member.cell == cell and spec.member.replica == fork.replica:
+            return "", spec.name
+    count = sum(1 for spec in members if spec.member and spec.member.cell == cell)
+    return "replica", (f"the cell has replicas 0 to {count - 1} in set {fork.set!r}: name "
+                       "one of them")
+
+
+def _by_member(documents: list[Document], loaded: list[LoadedSpec],
+               problems: list[Problem]) -> list[LoadedSpec]:
+    """Each fork that names a set's member, given that member's name as its parent."""
+    result: list[LoadedSpec] = []
+    for document, spec in zip(documents, loaded, strict=True):
+        fork = spec.fork
+        if fork is None or fork.set is None:
+            result.append(spec)
+            continue
+        field, found = _set_member(fork, loaded)
+        if field:
+            problems.append(problem(
+                document.source.shown,
+                *locate(document.node, ("spec", "from", field), key=False),
+                f"spec.from.{field}", document.member_of() + found))
+            result.append(spec)
+            continue
+        body = spec.spec.spec.model_copy(update={"from_": fork.model_copy(
+            update={"lineage": found})})
+        result.append(dataclasses.replace(
+            spec, spec=spec.spec.model_copy(update={"spec": body})))
+    return result
+
+
 def with_parents(documents: list[Document], loaded: list[LoadedSpec],
                  problems: list[Problem], state_dir: Path | None) -> list[LoadedSpec]:
     """Each fork with its parent's places: the run's spec of that name, else the state
     dir's default places of that name (branches as the lineage records them)."""
+    loaded = _by_member(documents, loaded, problems)
     by_name = {spec.name: spec for spec in loaded}
     result: list[LoadedSpec] = []
     for document, spec in zip(documents, loaded, strict=True):
         fork = spec.fork
-        if fork is None:
+        if fork is None or not fork.lineage:  # no lineage: its set's member is not found
             result.append(spec)
             continue
         found = _fork_problem(spec, by_name)

@@ -38,6 +38,8 @@ from reconciler.spec import places, prices, units
 from reconciler.spec import probes as probe_specs
 from reconciler.spec.fieldtypes import (
     MAX_BYTES,
+    MAX_GENERATIONS,
+    MAX_REPLICAS,
     MAX_SECONDS,
     BranchName,
     Duration,
@@ -48,6 +50,7 @@ from reconciler.spec.fieldtypes import (
     branch_name_problem,
     cpu_share,
 )
+from reconciler.spec.fork_model import ForkSpec
 from reconciler.spec.names import (
     DNS_LABEL,
     ENV_NAME,
@@ -86,10 +89,8 @@ __all__ = [
 API_VERSION = "ouro/v1"
 KIND = "Lineage"
 SET_KIND = "LineageSet"
-MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.sets)
 MAX_TASKS = 4194304  # the kernel's PID_MAX_LIMIT
 MAX_COUNT = 1_000_000_000
-MAX_GENERATIONS = 1_000_000
 
 # The providers, from their one record each (``reconciler.kernel.base.registry``), and
 # ``recorded``: the control plane's own, another lineage's recorded replies served by the
@@ -549,30 +550,6 @@ class InstrumentSpec(Strict):
         if not is_object_id(lowered):
             raise ValueError(f"{value!r} is not a full 40- or 64-hex git commit id")
         return lowered
-
-
-class ForkSpec(Strict):
-    """``spec.from``: the lineage is born as a fork of another lineage's generation."""
-
-    lineage: str = Field(
-        description="the parent lineage's name (a spec of this run, else <state dir>/NAME)",
-        json_schema_extra={"pattern": DNS_LABEL.pattern},
-    )
-    generation: int = Field(
-        ge=1, le=MAX_GENERATIONS,
-        description="the parent's generation whose committed tree is the seed (not a death)")
-    kernel: Literal["running", "parent"] = Field(
-        default="running",
-        description="running: born under this ouro's kernel (new physics); parent: under "
-        "the parent's pinned kernel (a replay with identical physics)")
-
-    @field_validator("lineage")
-    @classmethod
-    def _parent_name(cls, value: str) -> str:
-        if not whole(DNS_LABEL, value):
-            raise ValueError(f"{value!r} is not a lineage name (1-63 lowercase letters, "
-                             "digits and '-'): name the parent lineage, e.g. scribe")
-        return value
 
 
 class LineageBody(Strict):
