@@ -23,6 +23,7 @@ import pygit2
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.errors import KernelError
 from reconciler.spec.probes import ResolvedProbe
+from reconciler.state import probe_rules
 from reconciler.state import probes as stored
 
 from . import records, sandbox
@@ -84,6 +85,9 @@ def _one(paths: LineagePaths, work: Work) -> dict[str, Any]:
         scope_name=f"ouro-probe-{work.probe.digest[:12]}-{work.generation}-"
                    f"{threading.get_ident() % 100000}.{os.getpid()}")
     record = _record(work, run)
+    broken = probe_rules.record_problem(record)
+    if broken is not None:  # the readers would not believe it: never written
+        raise NotWritten(f"its record breaks a rule of probe records ({broken[1]})")
     try:
         records.write_record(paths, work.probe.describe(), work.probe.files, work.generation,
                              record)
