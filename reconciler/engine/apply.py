@@ -42,6 +42,7 @@ from reconciler.plan.continuation import (
     provider_unavailable,
     replay_exhausted,
 )
+from reconciler.plan.membership import MEMBERSHIP_KEY
 from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
@@ -490,6 +491,10 @@ class Engine:
         model = spec.model()
         ceilings = spec.ceilings()
         provenance = spec_provenance(spec.file, spec.sha256)
+        # every generation records the set it ran in (``plan.membership``: a member never
+        # takes over a lineage born outside its set)
+        kernel = dataclasses.replace(kernel, ran_with={**kernel.ran_with,
+                                                       MEMBERSHIP_KEY: spec.set_name})
         max_failed = spec.spec.spec.model.max_failed_generations
         # the run of failed generations goes on across applies: one more, then stop again
         streak = failed_streak(paths, done, max_failed) if done else 0

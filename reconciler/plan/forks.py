@@ -8,7 +8,7 @@ parent again.
 
 These reasons are the control plane's own (the kernel never gives them, so they are not
 in its list, ``kernel.base.refusals``: docs/benchmarks.md, "Physics release 4");
-``PLAN_REASONS`` is that list with these after it.
+``PLAN_REASONS`` is that list, then a set member's own (``plan.membership``), then these.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol, get_args
 
 from reconciler.kernel.base.refusals import REASONS, Reason
+from reconciler.plan.membership import SET_REASONS, SetReason
 
 __all__ = ["FORK_REASONS", "PLAN_REASONS", "ForkReason", "ForkSourceLike", "PlanReason",
            "fork_json", "fork_notes", "fork_refusal"]
 
 ForkReason = Literal["fork-unreadable", "fork-no-generation", "fork-death"]
 FORK_REASONS: tuple[ForkReason, ...] = get_args(ForkReason)
-PlanReason = Reason | ForkReason
-PLAN_REASONS: tuple[PlanReason, ...] = (*REASONS, *FORK_REASONS)
+PlanReason = Reason | SetReason | ForkReason
+PLAN_REASONS: tuple[PlanReason, ...] = (*REASONS, *SET_REASONS, *FORK_REASONS)
 
 _REMEDIES: dict[str, str] = {
     "fork-unreadable": (
