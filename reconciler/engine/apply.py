@@ -28,7 +28,7 @@ from reconciler.engine.events import EventLog
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.probe import Prober, ProbeResult, probe
-from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
+from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault, with_host_remedy
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
@@ -376,10 +376,9 @@ class Engine:
             result.refusal = str(error)
             self.events.emit("refused", lineage=spec.name, reason=error.reason, message=str(error))
         except (OuroError, kernel_errors.KernelError) as error:
-            result.errors.append(str(error))
-            self.events.emit(
-                "error", lineage=spec.name, error=str(error), kind=type(error).__name__
-            )
+            said = with_host_remedy(str(error))  # (a kernel's full disk: its remedy named)
+            result.errors.append(said)
+            self.events.emit("error", lineage=spec.name, error=said, kind=type(error).__name__)
         except Exception as error:  # a bug (or a host fault): this lineage stops, keeping
             message = unexpected(error, spec.name)  # what it ran
             result.errors.append(message)
