@@ -33,6 +33,7 @@ from reconciler.report.sets import (
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
 from reconciler.state.history import SHOW_LIMITS, FileDiff, GenerationDetail
+from reconciler.state.probe_rules import STDERR_TAIL
 from reconciler.state.ran_with import BornUnder, kernel_run
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
 
@@ -299,15 +300,24 @@ def _model_lines(record: dict[str, Any] | None) -> list[str]:
 
 
 def _probe_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per probe record of the generation: its metrics or its failure."""
+    """One line per probe record of the generation: its metrics or its failure, a failure
+    followed by the end of what the probe wrote to stderr (its record's ``stderr_tail``),
+    indented."""
     lines = []
     for record in probes:
-        metrics = record.get("metrics")
-        shown = (", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
-                           for k, v in sorted(metrics.items()))
-                 if record.get("failure") is None and isinstance(metrics, dict)
-                 else f"probe {record.get('probe')} failed: {record.get('failure')}")
+        found = record.get("metrics")
+        metrics = found if isinstance(found, dict) and record.get("failure") is None else None
+        failed = metrics is None
+        shown = (f"probe {record.get('probe')} failed: {record.get('failure')}"
+                 if metrics is None
+                 else ", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
+                                for k, v in sorted(metrics.items())))
         lines.append(f"{shown} (digest {str(record.get('digest'))[:12]})")
+        tail = record.get("stderr_tail")
+        if failed and isinstance(tail, str) and tail.strip():
+            kept = tail[-STDERR_TAIL:].strip("\n")
+            lines.append(f"  its stderr (the last {len(kept)} characters):")
+            lines += [f"    {line}" for line in kept.split("\n")]
     return lines
 
 

@@ -14,6 +14,10 @@ refuse, and the readers (``state.probes.records``: ``until``, selection, ``compa
   names (``spec.probes.METRIC_NAME``, the whole string), each a finite number (at most
   ``MAX_NUMBER`` in size; an integer within 64 bits), a boolean or a string of at most
   ``MAX_STRING`` characters without control characters;
+- ``outcome``: ``measured`` (``metrics`` holds them) or ``failed`` (``failure`` says why,
+  ``stderr_tail`` in the probe's words): what tells a failed probe from one not measured
+  (no record) in the export; absent in records an older ouro wrote, where ``failure``
+  alone says it (``outcome_of``);
 - ``failure``: null, or text of at most ``MAX_FAILURE`` characters;
 - ``stderr_tail``: text, the end of what the probe wrote to stderr: the writer keeps its
   last ``STDERR_TAIL`` characters with control characters but newline and tab replaced
@@ -42,6 +46,7 @@ __all__ = [
     "Refused",
     "check_metrics",
     "metric_value",
+    "outcome_of",
     "printable_tail",
     "record_problem",
 ]
@@ -141,6 +146,12 @@ def _text_problem(record: Mapping[str, Any], key: str, limit: int, *,
     return None
 
 
+def outcome_of(record: Mapping[str, Any]) -> str:
+    """``measured`` or ``failed``: what the record's ``failure`` says (its ``outcome``
+    field, written since issue 41, must agree)."""
+    return "measured" if record.get("failure") is None else "failed"
+
+
 def record_problem(record: Any) -> tuple[str, str] | None:
     """The first of the module's rules ``record`` breaks, as (rule, why): ``rule`` one of
     ``RULES``; None: it passes."""
@@ -158,6 +169,8 @@ def record_problem(record: Any) -> tuple[str, str] | None:
              or _text_problem(record, "stderr_tail", MAX_STDERR_TAIL, controls=True))
     if found is not None:
         return found
+    if "outcome" in record and record["outcome"] != outcome_of(record):
+        return "kind", "its outcome is not what its failure says"
     if record.get("failure") is None:
         try:
             check_metrics(record.get("metrics"))

@@ -68,7 +68,8 @@ class NotWritten(Exception):
 def _record(work: Work, run: sandbox.Run) -> dict[str, Any]:
     return {
         "probe": work.probe.name, "digest": work.probe.digest, "generation": work.generation,
-        "commit": work.commit, "metrics": run.metrics, "failure": run.failure,
+        "commit": work.commit, "outcome": "failed" if run.failure is not None else "measured",
+        "metrics": run.metrics, "failure": run.failure,
         "exit": run.exit_status, "wall_ms": run.wall_ms, "cpu_ms": run.cpu_ms,
         "peak_memory_bytes": run.peak_memory_bytes, "stderr_tail": run.stderr_tail,
     }
