@@ -22,7 +22,7 @@ refuse, and the readers (``state.probes.records``: ``until``, selection, ``compa
 - ``stderr_tail``: text, the end of what the probe wrote to stderr: the writer keeps its
   last ``STDERR_TAIL`` characters with control characters but newline and tab replaced
   (``printable_tail``); a reader accepts up to ``MAX_STDERR_TAIL`` of any characters (an
-  older writer kept 4,096 unreplaced) and escapes them when it shows them;
+  older writer kept as many, unreplaced) and escapes them when it shows them;
 - ``exit``, ``wall_ms``, ``cpu_ms``, ``peak_memory_bytes``: null or a non-negative integer.
 """
 
@@ -55,7 +55,8 @@ MAX_METRICS = 256
 MAX_STRING = 256
 MAX_NUMBER = 1e300  # a float beyond this is a unit mistake, not a measurement
 MAX_FAILURE = 1024
-STDERR_TAIL = 2048  # characters of a probe's stderr kept in its record (its end)
+STDERR_TAIL = 4096  # characters of a probe's stderr kept in its record (its end: an Emacs
+# backtrace puts its error first, a few KiB above the end)
 MAX_STDERR_TAIL = 4096
 Metric = float | int | bool | str
 _COUNTS = ("exit", "wall_ms", "cpu_ms", "peak_memory_bytes")

@@ -1,5 +1,5 @@
 """A probe that fails says why in its own words (issue 41, item 3): its record keeps the
-end of its stderr (2,048 characters, control characters but newline and tab replaced)
+end of its stderr (4,096 characters, control characters but newline and tab replaced)
 and ``outcome: failed`` (a failed probe is not one never measured), and ``ouro show``
 prints the tail under the failure."""
 
