@@ -105,6 +105,20 @@ _HOST_REMEDIES = {
 }
 
 
+_FULL_WORDS = {"no space left on device": errno.ENOSPC, "disk quota exceeded": errno.EDQUOT}
+
+
+def with_host_remedy(message: str) -> str:
+    """``message`` (a kernel's or libgit2's, reported as is) that names a full disk or an
+    exhausted quota without a remedy, with the remedy (``_HOST_REMEDIES``); any other
+    message unchanged. Every full-disk message ouro shows names what to do."""
+    lowered = message.lower()
+    found = next((code for words, code in _FULL_WORDS.items() if words in lowered), None)
+    if found is None or "free space" in lowered:
+        return message
+    return f"{message.rstrip()}: {_HOST_REMEDIES[found][1]}"
+
+
 def host_fault(error: BaseException, doing: str = "writing its output") -> HostFault | None:
     """The named host fault an ``OSError`` is (full disk, quota, closed pipe), or None."""
     if not isinstance(error, OSError) or error.errno not in _HOST_REMEDIES:

@@ -109,21 +109,23 @@ def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[
 def show_command(
     name: Annotated[str, typer.Argument(help="lineage name")],
     generation: Annotated[int, typer.Argument(help="generation number", min=1)],
-    full: Annotated[bool, typer.Option("--full", help="prompts, replies and bodies in full")]
+    full: Annotated[bool, typer.Option(
+        "--full", help="prompts, replies, bodies and the diff in full")]
     = False,
     as_json: Json = False,
     specs: SpecsOption = None,
     state_dir: StateDir = None,
 ) -> None:
-    """One generation: journal entry, diff against the previous generation, stderr and the
-    body that died, the model's prompts and replies, ceilings and accounting."""
+    """One generation: journal entry, diff against the previous generation (its first 2,000
+    lines and 256 KiB without --full), stderr and the body that died, the model's prompts
+    and replies, ceilings and accounting."""
     from reconciler.report.history import show_json, show_text
-    from reconciler.state.history import detail
+    from reconciler.state.history import SHOW_LIMITS, detail
     from reconciler.state.probes import latest
     from reconciler.state.ran_with import born_under
 
     paths, summary = _one(name, specs, state_dir)
-    found = detail(paths, summary, generation)
+    found = detail(paths, summary, generation, None if full else SHOW_LIMITS)
     render = show_json if as_json else show_text
     probes = [item.record for item in latest(paths).get(generation, [])]
     sys.stdout.write(render(name, found, full=full, born=born_under(paths), probes=probes))

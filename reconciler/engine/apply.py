@@ -29,7 +29,7 @@ from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
 from reconciler.engine.provider_check import Prober, ProbeResult, probe
 from reconciler.engine.recorded import source_record
-from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
+from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault, with_host_remedy
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
@@ -43,6 +43,7 @@ from reconciler.plan.continuation import (
     provider_unavailable,
     replay_exhausted,
 )
+from reconciler.plan.membership import MEMBERSHIP_KEY
 from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
@@ -390,10 +391,9 @@ class Engine:
             result.refusal = str(error)
             self.events.emit("refused", lineage=spec.name, reason=error.reason, message=str(error))
         except (OuroError, kernel_errors.KernelError) as error:
-            result.errors.append(str(error))
-            self.events.emit(
-                "error", lineage=spec.name, error=str(error), kind=type(error).__name__
-            )
+            said = with_host_remedy(str(error))  # (a kernel's full disk: its remedy named)
+            result.errors.append(said)
+            self.events.emit("error", lineage=spec.name, error=said, kind=type(error).__name__)
         except Exception as error:  # a bug (or a host fault): this lineage stops, keeping
             message = unexpected(error, spec.name)  # what it ran
             result.errors.append(message)
@@ -505,6 +505,10 @@ class Engine:
         model = spec.model()
         ceilings = spec.ceilings()
         provenance = spec_provenance(spec.file, spec.sha256)
+        # every generation records the set it ran in (``plan.membership``: a member never
+        # takes over a lineage born outside its set)
+        kernel = dataclasses.replace(kernel, ran_with={**kernel.ran_with,
+                                                       MEMBERSHIP_KEY: spec.set_name})
         max_failed = spec.spec.spec.model.max_failed_generations
         # the run of failed generations goes on across applies: one more, then stop again
         streak = failed_streak(paths, done, max_failed) if done else 0

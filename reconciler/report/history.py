@@ -22,7 +22,8 @@ from reconciler.report.log import diffstat as _diffstat
 from reconciler.report.log import size as _size
 from reconciler.report.physics import kernel_json, kernel_lines
 from reconciler.report.words import plural
-from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.history import SHOW_LIMITS, FileDiff, GenerationDetail
+from reconciler.state.probe_rules import STDERR_TAIL
 from reconciler.state.ran_with import BornUnder, kernel_run
 
 __all__ = [
@@ -73,6 +74,26 @@ def diff_text(diffs: Sequence[FileDiff]) -> str:
     return safe("\n".join(out) + "\n")
 
 
+SHOW_DIFF_LINES = 2_000  # lines of diff `ouro show` prints without --full
+
+
+def _shown_diff(name: str, detail: GenerationDetail, full: bool) -> str:
+    """The diff as read (``state.history.SHOW_LIMITS`` unless --full), at most
+    ``SHOW_DIFF_LINES`` lines, then one line saying what was left out and how to get it."""
+    lines = diff_text(detail.diff).rstrip("\n").split("\n")
+    cut = detail.diff_cut or (len(lines) > SHOW_DIFF_LINES and not full)
+    if not cut:
+        return "\n".join(lines)
+    number = detail.row.generation
+    listed = len(detail.diff)
+    return "\n".join([
+        *lines[:SHOW_DIFF_LINES],
+        f"... (diff cut: {min(len(lines), SHOW_DIFF_LINES)} of {len(lines)} lines shown, "
+        f"{listed} of {detail.files_total} files listed, patches at most "
+        f"{SHOW_LIMITS.total_chars // 1024} KiB in all; the whole diff: "
+        f"`ouro diff {name} {number - 1} {number}` or `ouro show {name} {number} --full`)"])
+
+
 def _calls(record: dict[str, Any] | None) -> list[dict[str, Any]]:
     calls = record.get("model_calls") if record else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
@@ -88,15 +109,24 @@ def _model_lines(record: dict[str, Any] | None) -> list[str]:
 
 
 def _probe_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per probe record of the generation: its metrics or its failure."""
+    """One line per probe record of the generation: its metrics or its failure, a failure
+    followed by the end of what the probe wrote to stderr (its record's ``stderr_tail``),
+    indented."""
     lines = []
     for record in probes:
-        metrics = record.get("metrics")
-        shown = (", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
-                           for k, v in sorted(metrics.items()))
-                 if record.get("failure") is None and isinstance(metrics, dict)
-                 else f"probe {record.get('probe')} failed: {record.get('failure')}")
+        found = record.get("metrics")
+        metrics = found if isinstance(found, dict) and record.get("failure") is None else None
+        failed = metrics is None
+        shown = (f"probe {record.get('probe')} failed: {record.get('failure')}"
+                 if metrics is None
+                 else ", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
+                                for k, v in sorted(metrics.items())))
         lines.append(f"{shown} (digest {str(record.get('digest'))[:12]})")
+        tail = record.get("stderr_tail")
+        if failed and isinstance(tail, str) and tail.strip():
+            kept = tail[-STDERR_TAIL:].strip("\n")
+            lines.append(f"  its stderr (the last {len(kept)} characters):")
+            lines += [f"    {line}" for line in kept.split("\n")]
     return lines
 
 
@@ -132,7 +162,7 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
                 tail if isinstance(tail, str) and tail else "(none)",
                 "", "## the body that died (organism.el as it ran)",
                 _bounded(detail.body, full, limit=20 * DEFAULT_TEXT_CHARS)]
-    out += ["", "## diff against the previous generation", diff_text(detail.diff).rstrip("\n")]
+    out += ["", "## diff against the previous generation", _shown_diff(name, detail, full)]
     for call, stop in zip(_calls(record), call_stops(record), strict=True):
         index = call.get("request_index", "?")
         out += ["", f"## model call {index}: http {call.get('http_status')}, "
@@ -176,6 +206,8 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
         "journal_entry": detail.journal_entry,
         "body": detail.body if detail.row.status == "died" else None,
         "diff": [asdict(item) for item in detail.diff],
+        "diff_cut": detail.diff_cut,  # not all of it (no --full): `ouro diff` has the rest
+        "diff_files": detail.files_total,
         "observation": record,
         "kernel": kernel_json(kernel_run(detail.record), born, detail.record is not None),
         "model_stops": [asdict(stop) for stop in call_stops(detail.record)],

@@ -109,7 +109,7 @@ def write(state_dir: Path, controller: dict[str, Any],
           lineages: dict[str, LineageConditions]) -> None:
     """The document, whole or not at all (an OSError is the caller's to report)."""
     target = status_path(state_dir)
-    private_folder(target.parent, "the controller's cache")
+    private_folder(target.parent, "the controller's cache", replace_link=True)
     document = ControllerStatus(dict(controller, updated_at=now()), lineages).as_json()
     write_atomic(target, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(),
-                 what="the controller's status", mode=0o600)
+                 what="the controller's status", mode=0o600, own_folder=True)

@@ -4,7 +4,8 @@ Rule: level-triggered, as Kubernetes controllers are. Every pass starts from wha
 spec repository and the lineages' repositories say now; what the loop keeps in memory
 (the revision adopted, what it has already seen settled) is a cache, rebuilt at start:
 the last good revision is the one its cache clone has checked out, else the newest commit
-of the branch whose specs load (a bad commit is never applied). One pass runs at most an
+of the branch whose specs load (a bad commit is never applied; a revision without any
+spec is no bad commit: applied, it orphans every lineage). One pass runs at most an
 interval of new generations (with the local executor), so a new commit is picked up
 within an interval and a generation. Signals: SIGTERM or SIGINT once lets running
 generations finish, then the loop ends; twice stops them (publishing nothing); SIGHUP
@@ -106,6 +107,19 @@ def newly_done(before: dict[str, Condition | None],
     in this pass (a controller without its previous document) is not said."""
     return [(name, stop) for name, stop in done.items() if name in before and (
         (was := before[name]) is None or was.status != "True" or was.reason != "done")]
+
+
+def _holds_no_spec(where: Path) -> bool:
+    """Nothing at ``where``, or a folder (links not followed) with no ``*.yaml`` or
+    ``*.yml`` in it: a revision whose every spec was deleted. Anything else is the
+    loader's to read or refuse."""
+    if not os.path.lexists(where):
+        return True
+    if os.path.islink(where) or not os.path.isdir(where):
+        return False
+    return not any(name.endswith((".yaml", ".yml"))
+                   for _, folders, files in os.walk(where, followlinks=False)
+                   for name in (*folders, *files))
 
 
 class Controller:
@@ -267,7 +281,12 @@ class Controller:
     # ------------------------------------------------------------ revisions
 
     def _load(self, folder: Path) -> list[LoadedSpec]:
-        return Fleet(self.settings.state_dir).load([folder / self.settings.path])
+        """The revision's specs; none (an empty revision, not a bad one) when its path holds
+        no spec file at all (every spec deleted: the path is gone, or holds no ``*.yaml``)."""
+        where = folder / self.settings.path
+        if _holds_no_spec(where):
+            return []
+        return Fleet(self.settings.state_dir).load([where])
 
     def _consider(self, head: str) -> None:
         """Adopt ``head`` if its specs load, else report it and keep the last good one."""
@@ -313,9 +332,21 @@ class Controller:
         self.own.revision = commit
         if newest and not quiet:
             self.own.bad_commit = None
-        if not quiet:
+        if not quiet and not self.specs:
+            self._empty(commit)
+        elif not quiet:
             self.say(f"ouro controller: applying revision {commit[:12]} "
                      f"({len(self.specs)} lineage{'' if len(self.specs) == 1 else 's'})")
+
+    def _empty(self, commit: str) -> None:
+        """A revision without specs is applied: every lineage orphaned (kept, none run),
+        said and notified once, when it is adopted."""
+        text = (f"ouro controller: revision {commit[:12]} of {self.settings.branch} has no "
+                f"spec under {self.settings.path}: every lineage is orphaned (kept, none runs) "
+                "until a revision adds specs again (or check --path)")
+        self.say(text)
+        self.notifier.send("no-specs", text, commit=commit, path=self.settings.path,
+                           **self._where())
 
     def _bad(self, commit: str, problem: str) -> None:
         self.own.bad_commit = {"commit": commit, "message": problem, "at": self.clock()}

@@ -9,7 +9,9 @@ lineage's git dir through pygit2, never the worktree) read-only at /kernel, the
 probe's files read-only at /probe, and a fresh /work it is unpacked into. No host
 path of the lineage, no model socket, no key. stdout is read up to
 ``output.MAX_OUTPUT`` (beyond, the scope is killed), stderr keeps its last
-``STDERR_TAIL`` bytes.
+``STDERR_TAIL`` bytes, recorded as text (``probe_rules.printable_tail``: its last
+``probe_rules.STDERR_TAIL`` characters, control characters but newline and tab
+replaced), so a failed probe says why in its own words.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.sandbox import keyring, life, seccomp_bpf
 from reconciler.kernel.sandbox.ceilings import Scope, open_scope
 from reconciler.spec.probes import ProbeFiles
+from reconciler.state import probe_rules
 
 from . import output
 
 __all__ = ["PROBE_MOUNT", "STDERR_TAIL", "Run", "measure", "probe_argv"]
 
 PROBE_MOUNT = "/probe"
-STDERR_TAIL = 4096
+STDERR_TAIL = 4 * probe_rules.STDERR_TAIL  # bytes kept: enough for its last characters
 RUNNER = Path(__file__).with_name("runner.sh")
 _KILL_GRACE_S = 5.0
 
@@ -209,7 +212,7 @@ def _run(scope: Scope, argv: list[str], ceilings: Ceilings, seccomp_fd: int) -> 
     return Run(metrics=metrics, failure=failure, exit_status=None if stopped else status,
                wall_ms=wall_ms, cpu_ms=None if cpu is None else cpu // 1_000_000,
                peak_memory_bytes=accounting.memory_peak_bytes,
-               stderr_tail=err.decode("utf-8", "replace")[-STDERR_TAIL:])
+               stderr_tail=probe_rules.printable_tail(err))
 
 
 def _verdict(out: bytes, status: int, stopped: str | None, ceilings: Ceilings,
