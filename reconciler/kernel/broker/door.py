@@ -1,9 +1,10 @@
 """The model broker: the only door from a generation to a model. Trusted harness.
 
-One broker process per generation, outside the sandbox. It alone holds the API
-key, which reaches it through its stdin pipe (never argv, environment or a
-file); its environment is only PATH, LANG, and HOME/TMPDIR inside the private
-runtime dir. It serves HTTP/1.1 on ``<kernel_dir>/model.sock`` (one request at a
+One broker process per generation, outside the sandbox, forked by the process's broker
+fork server (physics release 5: ``forker``; else started afresh). It alone holds the
+API key, which reaches it through its stdin pipe (never argv, environment or a file)
+after it was forked; its environment is only PATH, LANG, and HOME/TMPDIR inside the
+private runtime dir. It serves HTTP/1.1 on ``<kernel_dir>/model.sock`` (one request at a
 time), writes ``<kernel_dir>/capabilities.json`` beside it, keeps the
 generation's spending ledger, and appends one audit record per request to
 ``<private_dir>/audit.jsonl`` (flushed and synced; a request in flight is on
