@@ -149,7 +149,8 @@ def test_every_rule_names_a_call_of_x86_64_or_aarch64_with_a_reason() -> None:
                           "userfaultfd", "perf_event_open", "ptrace", "process_vm_readv",
                           "kexec_load", "mount", "umount2", "fsopen", "open_tree", "unshare",
                           "setns", "clone3", "memfd_secret", "mq_open", "reboot",
-                          "init_module", "name_to_handle_at", "open_by_handle_at", "kcmp"}
+                          "init_module", "name_to_handle_at", "open_by_handle_at", "kcmp",
+                          "sync", "syncfs", "vmsplice"}
 
 
 def test_the_filter_is_disclosed_in_the_manifest_with_its_digest() -> None:
