@@ -93,10 +93,18 @@ class Failure:
 
     def summary(self) -> str:
         status = f"HTTP {self.http_status}" if self.http_status is not None else "no HTTP status"
-        final = ("final: stops the lineage" if self.stops_lineage
-                 else "retryable" if self.retryable else "not final")
+        final = finality(self.retryable is not False, self.stops_lineage)
         calls = "every call failed" if self.every_call_failed else "some calls answered"
         return f"{self.message or 'model failure'} ({self.code or '?'}, {status}; {final}; {calls})"
+
+
+def finality(retryable: bool, stops_lineage: bool) -> str:
+    """How final a model failure is, in the one wording of status, plan, show and the
+    viewer: "final" is a failure that is not retried (its ``retryable`` is false), and
+    whether it also stops the lineage is said beside it."""
+    if retryable:
+        return "retryable"
+    return "final; stops the lineage" if stops_lineage else "final; the lineage goes on"
 
 
 def failure_of(record: Mapping[str, Any] | None) -> Failure | None:

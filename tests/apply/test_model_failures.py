@@ -145,7 +145,8 @@ def test_a_final_failure_stops_the_lineage_after_one_generation(
     assert lines["broken"]["last_model_failure"]["code"] == code
     assert lines["calm"]["model_failures"] == 0
     assert "model failed in 1 generation\n" in shown.stdout
-    assert f"last generation (gen 1): model unavailable ({http}) ({code}, final)" in shown.stdout
+    assert (f"last generation (gen 1): model unavailable ({http}) ({code}, final; stops the "
+            "lineage)") in shown.stdout
     by_name = {item["name"]: item for item in report(result)["lineages"]}
     broken = by_name["broken"]
     assert broken["generations_run"] == 1 and broken["stopped"] == code
@@ -207,6 +208,27 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
     assert re.search(r"reserved \$[0-9.]+ at most at once \(the peak of \d+ attempts, each "
                      r"returned when it ended\)", shown.stdout), shown.stdout
     assert {e["generation"] for e in retries} == {1, 2, 3}
+
+
+def test_an_empty_completion_is_a_reply_that_keeps_the_version_not_a_failure(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """Physics release 5 (issue 41): the seed's prompt says an empty reply keeps the
+    current version. Three empty completions under max_failed_generations 1: three
+    no-change generations, no model failure, the lineage not stopped."""
+    with FakeProvider(route("openai-compatible", chat_ok("", 1000, 0))) as fake:
+        paid_spec(specs, "terse", "openai-compatible", fake.url + "/v1", 3,
+                  extra="max_failed_generations: 1")
+        done = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+        status = run_ouro("status", "--json", str(specs), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = report(done)["lineages"][0]
+    assert (row["generations_run"], row.get("stopped")) == (3, None)
+    for number in (1, 2, 3):
+        record = observation(tmp_path, "terse", number)
+        assert record["outcome"] == "no-change" and record["provider_failure"] is None
+        assert [call["http_status"] for call in record["model_calls"]] == [200]
+    assert json.loads(status.stdout)["lineages"][0]["model_failures"] == 0
+    assert_invariant(lineage_paths(tmp_path / "state", "terse"), 3)
 
 
 def test_usage_beyond_what_a_request_could_cost_stops_the_lineage(
