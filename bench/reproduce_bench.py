@@ -72,7 +72,7 @@ def _round(generations: int) -> tuple[float, float, float, str]:
             (root / "replies" / f"{number:06d}").write_text(seed + f"\n;; form {number + 1}\n")
         (root / "bench.yaml").write_text(SPEC.format(generations=generations))
         env = {**os.environ, "OURO_STATE_DIR": str(root / "state")}
-        ran, applied = _ouro(env, "apply", "-y", "--no-probe", str(root / "bench.yaml"))
+        ran, applied = _ouro(env, "apply", "-y", "--no-provider-check", str(root / "bench.yaml"))
         if applied.returncode != 0:
             raise SystemExit(applied.stdout + applied.stderr)
         lives = _generation_seconds(root / "state", generations)

@@ -39,7 +39,7 @@ def grow(specs: Path, env: dict[str, str], name: str, generations: int,
                       replay=f"replies/{name}")
     if extra:
         spec.write_text(spec.read_text() + extra)
-    done = run_ouro("apply", "-y", "--no-probe", str(spec), env=env)
+    done = run_ouro("apply", "-y", "--no-provider-check", str(spec), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return spec
 
@@ -47,7 +47,7 @@ def grow(specs: Path, env: dict[str, str], name: str, generations: int,
 def scribe(specs: Path, env: dict[str, str]) -> Path:
     """The default fleet's scribe (5 generations of replay: 4 changed, 1 died), applied."""
     shutil.copytree(REPO_ROOT / "specs", specs, dirs_exist_ok=True)
-    done = run_ouro("apply", "-y", "--no-probe", "--select", "scribe", str(specs / "fleet.yaml"),
+    done = run_ouro("apply", "-y", "--no-provider-check", "--select", "scribe", str(specs / "fleet.yaml"),
                     env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return specs / "fleet.yaml"
