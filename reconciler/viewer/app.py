@@ -56,7 +56,6 @@ from reconciler.state.reproduction_record import Kept, load, record_dir
 from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.viewer import family, pages, raw, sets
-from reconciler.viewer.reproduction import reproduction_view
 from reconciler.viewer.plots import (
     FLEET_PLOTS,
     PLOTS,
@@ -65,6 +64,7 @@ from reconciler.viewer.plots import (
     render_probe_svg,
     render_svg,
 )
+from reconciler.viewer.reproduction import reproduction_view
 
 __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "cookie_value", "create_app",
            "new_token"]

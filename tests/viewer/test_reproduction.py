@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from reconciler.viewer.app import create_app
 from reconciler.viewer.server import make_source
 from tests.apply.helpers import run_ouro
 from tests.reproduce.helpers import CLOCK_BODY, grow
+from tests.viewer.browser import css, open_page, start_viewer, stop_viewer
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 TOKEN = "t0ken-for-tests"
@@ -65,3 +67,20 @@ def test_the_lineage_page_shows_the_kept_verdict(specs: Path, env: dict[str, str
     assert "diverged at generation 2" in grown  # still the last verdict kept
     assert ('class="cut reproduction-stale">The lineage has grown or moved since: this verdict'
             " is about an older head") in grown
+
+
+def test_in_chromium_the_hostile_path_is_text_and_no_script_runs(
+        browser: Any, specs: Path, env: dict[str, str]) -> None:
+    grow(specs, env, "clock", 2, [CLOCK_BODY.replace("now.txt", HOSTILE)])
+    assert run_ouro("reproduce", "clock", env=env).returncode == 1
+    viewer = start_viewer(env)
+    try:
+        open_page(browser, viewer, "/lineage/clock")
+        verdict = css(browser, ".reproduction-verdict")
+        assert verdict and "diverged at generation 2 (tree)" in verdict[0].text
+        paths = [element.text for element in css(browser, ".reproduction-differences code")]
+        assert paths == [HOSTILE]  # shown as the text it is
+        assert not [e for e in css(browser, "script")
+                    if not (e.get_attribute("src") or "").endswith("/static/refresh.js")]
+    finally:
+        stop_viewer(viewer)
