@@ -4,7 +4,8 @@ readers: a sealed cache, as the audit's records are.
 Rule: a record lives in ``<state dir>/.reproductions/`` (``RECORD_DIR``), one file per
 lineage named ``<name>-<key>.json`` (``key``: ``cachefile.cache_key``, the lineage's places
 and branches), outside the lineage's three places. It says what one reproduction found
-(the verdict's JSON, as `ouro reproduce --json` prints it) and the two heads it read; it
+(the verdict's JSON, as `ouro reproduce --json` prints it), when it was kept (``ran_at``,
+UTC) and the two heads it read; it
 is believed only when it carries the state dir's MAC (``state.cachefile``) and its schema
 and key check, and ``load`` says whether the lineage has grown since (``current``: both
 heads are still where the reproduction read them). Deleting it loses nothing: the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ class Kept:
     lineage_head: str
     observation_head: str
     current: bool
+    ran_at: str | None = None  # when it was kept (ISO 8601, UTC); None: not recorded
 
 
 def record_file(folder: Path, name: str, paths: LineagePaths) -> Path:
@@ -51,7 +54,8 @@ def save(folder: Path, name: str, paths: LineagePaths, verdict: dict[str, Any],
     if seal is None:
         return False
     header = {"schema": SCHEMA, "key": cache_key(paths), "lineage_head": heads[0],
-              "observation_head": heads[1], "verdict": verdict}
+              "observation_head": heads[1], "verdict": verdict,
+              "ran_at": datetime.now(UTC).isoformat(timespec="seconds")}
     return write_cache(record_file(folder, name, paths), canonical(seal.sealed(header)))
 
 
@@ -82,7 +86,9 @@ def load(folder: Path, name: str, paths: LineagePaths) -> Kept | None:
     lineage = Lineage(paths)
     now = (lineage.refs("lineage", (paths.branch,))[1][0],
            lineage.refs("observations", (paths.observation_branch,))[1][0])
-    return Kept(header["verdict"], heads[0], heads[1], current=now == heads)
+    ran_at = header.get("ran_at")
+    return Kept(header["verdict"], heads[0], heads[1], current=now == heads,
+                ran_at=ran_at if isinstance(ran_at, str) else None)
 
 
 def record_dir(state: Path) -> Path:

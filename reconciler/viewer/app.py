@@ -52,6 +52,7 @@ from reconciler.state import probes as probe_records
 from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
+from reconciler.state.reproduction_record import Kept, load, record_dir
 from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.viewer import family, pages, raw, sets
@@ -63,6 +64,7 @@ from reconciler.viewer.plots import (
     render_probe_svg,
     render_svg,
 )
+from reconciler.viewer.reproduction import reproduction_view
 
 __all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "cookie_value", "create_app",
            "new_token"]
@@ -213,6 +215,12 @@ class FleetSource:
             seen.add(fork.parent)
             fork = self.known(fork.parent, found).fork
         return total
+
+    def reproduction(self, name: str, shown: Shown) -> Kept | None:
+        """The verdict `ouro reproduce` kept of this lineage (in the state dir), if any."""
+        if self.state_dir is None:
+            return None
+        return load(record_dir(self.state_dir), name, shown.paths)
 
     def summary(self, name: str, shown: Shown) -> LineageSummary:
         return self.known(name, shown).summary
@@ -450,7 +458,8 @@ def _lineage_context(source: FleetSource, name: str, shown: Shown) -> dict[str, 
                                  desired=shown.desired,
                                  running=source.running(shown, known.summary),
                                  probes=known.probes, until=known.until, fork=known.fork,
-                                 suspended=shown.suspended, offset=source.offset(name, shown))
+                                 suspended=shown.suspended, offset=source.offset(name, shown),
+                                 reproduction=reproduction_view(source.reproduction(name, shown)))
 
 
 def create_app(source: FleetSource, token: str,

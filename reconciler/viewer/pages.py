@@ -24,6 +24,7 @@ from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differ
 from reconciler.state.summaries import GenerationRow, LineageSummary
 from reconciler.viewer.family import ForkOf
 from reconciler.viewer.plots import FLEET_PLOTS, PLOTS
+from reconciler.viewer.reproduction import ReproductionView
 
 __all__ = [
     "Bounded",
@@ -222,9 +223,11 @@ def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None =
                     stop: Stopped | None = None, *, desired: int | None = None,
                     running: str | None = None, probes: ProbeTable | None = None,
                     until: UntilStop | None = None, fork: ForkOf | None = None,
-                    suspended: bool = False, offset: int = 0) -> dict[str, Any]:
+                    suspended: bool = False, offset: int = 0,
+                    reproduction: ReproductionView | None = None) -> dict[str, Any]:
     """The lineage page: its plots (no spend plot while nothing was spent), its
-    totals, stops, probes and timeline, its parent when it is a fork."""
+    totals, stops, probes and timeline, its parent when it is a fork, its last
+    reproduction's verdict (``viewer.reproduction``)."""
     base = lineage_href(name)
     exists = created(summary)
     spent = bool(summary.spend_usd)  # the rows' decimal texts added (a "0.00" is none)
@@ -245,6 +248,7 @@ def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None =
         "stopping": [row for row in summary.rows if row.stops_lineage],
         "kernel_cell": lambda row: kernel_cell(row, born),
         "until": until, "fork": fork, "offset": offset, "suspended": suspended, "spent": spent,
+        "reproduction": reproduction,
         **_probe_context(name, probes if probes is not None and exists
                          else ProbeTable({}, {})),
     }
