@@ -47,8 +47,8 @@ def grow(specs: Path, env: dict[str, str], name: str, generations: int,
 def scribe(specs: Path, env: dict[str, str]) -> Path:
     """The default fleet's scribe (5 generations of replay: 4 changed, 1 died), applied."""
     shutil.copytree(REPO_ROOT / "specs", specs, dirs_exist_ok=True)
-    done = run_ouro("apply", "-y", "--no-provider-check", "--select", "scribe", str(specs / "fleet.yaml"),
-                    env=env)
+    done = run_ouro("apply", "-y", "--no-provider-check", "--select", "scribe",
+                    str(specs / "fleet.yaml"), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return specs / "fleet.yaml"
 
