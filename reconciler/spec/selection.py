@@ -14,13 +14,13 @@ of a probe the template declares, or one of ``NUMERIC_COLUMNS``.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from reconciler.spec.fieldtypes import Strict
+from reconciler.spec.names import METRIC_NAME, PROBE_NAME, whole
 
 __all__ = [
     "MAX_EPOCHS",
@@ -45,7 +45,6 @@ NUMERIC_COLUMNS: tuple[str, ...] = (
     "organism_bytes", "organism_added", "organism_deleted", "paths_changed", "model_calls",
     "tokens_in", "tokens_out", "cpu_seconds", "memory_peak_bytes", "wall_seconds",
 )
-_PROBE_COLUMN = re.compile(r"\Aprobe\.([a-z0-9][a-z0-9-]*)\.([A-Za-z0-9_.-]+)\Z")
 
 
 class TournamentSpec(Strict):
@@ -97,12 +96,12 @@ class SelectionSpec(Strict):
 
 def column_problem(column: str, probes: set[str]) -> str | None:
     """Why ``column`` is no column a selection can rank by (None: it is one)."""
-    found = _PROBE_COLUMN.match(column)
-    if found is not None:
-        if found.group(1) in probes:
+    head, probe, metric = [*column.split(".", 2), "", ""][:3]
+    if head == "probe" and whole(PROBE_NAME, probe) and whole(METRIC_NAME, metric):
+        if probe in probes:
             return None
         declared = ", ".join(sorted(probes)) or "none"
-        return (f"{column!r} names probe {found.group(1)!r}, which the template does not "
+        return (f"{column!r} names probe {probe!r}, which the template does not "
                 f"declare (its probes: {declared}): add it to spec.template.probes")
     if column in NUMERIC_COLUMNS:
         return None

@@ -172,5 +172,6 @@ def validate_set(source: Source, index: int, node: Node, value: Any,
                                     member.model_copy(update={"metadata": metadata}),
                                     set_name=spec.name,
                                     member=sets.Membership(spec.name, cell.name, i,
-                                                           dict(cell.values))))
+                                                           dict(cell.values),
+                                                           selection=spec.spec.selection)))
     return members
