@@ -42,7 +42,7 @@ def plan_command(
         from reconciler.plan.saved import save_plan
 
         save_plan(plan, out, specs)
-    chosen = selections(specs, table_reader(fleet, paths))
+    chosen = selections(specs, table_reader(fleet, paths), fleet.state_dir)
     if as_json:
         text = plan_json(plan)
         if chosen:  # a selected set's decision beside the plan (docs/selection.md)

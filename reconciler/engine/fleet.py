@@ -156,9 +156,12 @@ class Fleet:
 
     def load(self, paths: Sequence[Path]) -> list[LoadedSpec]:
         """Every spec under ``paths`` (``SpecError`` lists every problem)."""
+        from reconciler.engine.epochs import expand
+        from reconciler.spec.fork_parents import state_dir_or_none
         from reconciler.spec.load import load_specs
 
-        return load_specs(paths, state_dir=self.given_state_dir)
+        loaded = load_specs(paths, state_dir=self.given_state_dir)
+        return expand(loaded, state_dir_or_none(self.given_state_dir))  # selected sets' epochs
 
     def select(self, found: Iterable[_Chosen], select: Sequence[str] | None) -> list[_Chosen]:
         """Those ``select`` names or whose labels it selects (all when empty); a bad

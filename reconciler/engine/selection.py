@@ -12,17 +12,18 @@ Not yet here (issue 39): the epochs after the first (born members, raised genera
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.engine.epochs import EPOCH_LABEL, current_epoch, write_record
 from reconciler.plan.selection import Candidate, Decision, columns, decide, rng
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.selection import SelectionSpec
 from reconciler.state.table import GenerationTable, TableRow
 
-__all__ = ["SetSelection", "candidates", "selections", "selections_json"]
+__all__ = ["SetSelection", "advance", "candidates", "record", "selections", "selections_json"]
 
 FIRST_EPOCH = 1
 
@@ -62,9 +63,9 @@ def _last(rows: Sequence[TableRow]) -> TableRow | None:
 
 
 def candidates(table: GenerationTable, names: Sequence[str], rule: SelectionSpec,
-               every: int) -> tuple[list[Candidate], list[str]]:
+               wanted: Mapping[str, int]) -> tuple[list[Candidate], list[str]]:
     """Each member's candidate at its last generation, and the members that have not run
-    the epoch's ``every`` generations (``member: generation N (has M)``)."""
+    the generations the epoch wants of them (``member: generation N (has M)``)."""
     rows: dict[str, list[TableRow]] = {name: [] for name in names}
     for lineage in table.lineages:
         if lineage.name in rows:
@@ -74,8 +75,8 @@ def candidates(table: GenerationTable, names: Sequence[str], rule: SelectionSpec
     for name in names:
         last = _last(rows[name])
         have = last.generation if last is not None else 0
-        if have < every:
-            short.append(f"{name}: generation {every} (has {have})")
+        if have < wanted[name]:
+            short.append(f"{name}: generation {wanted[name]} (has {have})")
             continue
         assert last is not None
         found.append(Candidate(name, last.generation,
@@ -83,9 +84,11 @@ def candidates(table: GenerationTable, names: Sequence[str], rule: SelectionSpec
     return found, short
 
 
-def selections(specs: Sequence[LoadedSpec], table_of: Any) -> list[SetSelection]:
-    """The decision of each selected set among ``specs`` at the end of its first epoch
-    (``table_of(names)``: the table of those lineages)."""
+def selections(specs: Sequence[LoadedSpec], table_of: Any,
+               home: Path | None = None) -> list[SetSelection]:
+    """The decision of each selected set among ``specs`` at the end of its current epoch
+    (``table_of(names)``: the table of those lineages; ``home``: the state dir, where
+    the records are; None: the first epoch). A set past its last epoch has none."""
     members: dict[str, list[LoadedSpec]] = {}
     for spec in specs:
         if spec.member is not None and spec.member.selection is not None:
@@ -94,16 +97,43 @@ def selections(specs: Sequence[LoadedSpec], table_of: Any) -> list[SetSelection]
     for set_name, chosen in sorted(members.items()):
         rule = chosen[0].member.selection if chosen[0].member else None
         assert isinstance(rule, SelectionSpec)
-        names = sorted(spec.name for spec in chosen)
+        epoch, names = FIRST_EPOCH, sorted(spec.name for spec in chosen)
+        if home is not None:
+            epoch, names = current_epoch(chosen, rule, home)
+        if epoch >= rule.epochs:
+            continue
+        size = sum(1 for spec in chosen if EPOCH_LABEL not in spec.labels)  # epoch 1's
         table: GenerationTable = table_of(names)
-        living, short = candidates(table, names, rule, rule.every)
+        born = {spec.name: int(spec.labels.get(EPOCH_LABEL, "1")) for spec in chosen}
+        living, short = candidates(table, names, rule,
+                                   {name: (epoch - born.get(name, 1) + 1) * rule.every
+                                    for name in names})
         if short:
-            decision = Decision(FIRST_EPOCH, waits_for=tuple(short))
+            decision = Decision(epoch, waits_for=tuple(short))
         else:
-            decision = decide(living, rule, FIRST_EPOCH, rng(rule.seed, FIRST_EPOCH),
-                              set_name=set_name, size=len(names))
+            decision = decide(living, rule, epoch, rng(rule.seed, epoch),
+                              set_name=set_name, size=size)
         found.append(SetSelection(set_name, rule, decision))
     return found
+
+
+def record(chosen: SetSelection, specs: Sequence[LoadedSpec]) -> None:
+    """Write the decision's record into each candidate's observations, before anything
+    acts on it (``reconciler.engine.epochs``)."""
+    by_name = {spec.name: spec for spec in specs}
+    for name in sorted(chosen.decision.values):
+        write_record(by_name[name].paths(), chosen.set_name, chosen.as_json())
+
+
+def advance(fleet: Any, paths: Sequence[Path], select: Sequence[str] | None = ()) -> bool:
+    """Record every selected set's decision that no longer waits; True when one was
+    recorded (the set has a new epoch to apply)."""
+    specs = fleet.select(fleet.load(paths), select)
+    decided = [one for one in selections(specs, table_reader(fleet, paths), fleet.state_dir)
+               if not one.decision.waiting]
+    for one in decided:
+        record(one, specs)
+    return bool(decided)
 
 
 def selections_json(found: Sequence[SetSelection]) -> list[dict[str, Any]]:
