@@ -6,6 +6,7 @@ Thin: load specs, run the audit in its supervised child, render, exit
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
@@ -34,6 +35,7 @@ def verify_command(
     What the last clean audit of a lineage checked (recorded in <state dir>/.audits) is
     not read again while its object files are untouched: only what is new."""
     from reconciler.engine.fleet import Fleet
+    from reconciler.engine.selection_records import check
     from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
     from reconciler.state.fleet import audit_record_dir
@@ -45,8 +47,16 @@ def verify_command(
     report = verify([(spec.name, fleet.where(spec)) for spec in loaded],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
-    sys.stdout.write(verify_json(report) if as_json else verify_text(report))
-    raise SystemExit(report.exit_status)
+    findings = check(loaded, fleet.state_dir)  # selected sets' decisions (docs/selection.md)
+    if as_json:
+        text = verify_json(report)
+        if findings:
+            text = json.dumps({**json.loads(text), "selection": findings}, indent=2) + "\n"
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(verify_text(report))
+        sys.stdout.write("".join(f"{line}\n" for line in findings))
+    raise SystemExit(1 if findings else report.exit_status)
 
 
 def register(app: typer.Typer) -> None:

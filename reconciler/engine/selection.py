@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.engine.epochs import EPOCH_LABEL, current_epoch, write_record
+from reconciler.engine.selection_records import evidence
 from reconciler.plan.selection import Candidate, Decision, columns, decide, rng
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.selection import SelectionSpec
@@ -35,6 +36,7 @@ class SetSelection:
     set_name: str
     rule: SelectionSpec
     decision: Decision
+    candidates: tuple[Candidate, ...] = ()  # what the decision read
 
     def as_json(self) -> dict[str, Any]:
         return {"set": self.set_name, "method": self.rule.method, "by": self.rule.by,
@@ -113,7 +115,7 @@ def selections(specs: Sequence[LoadedSpec], table_of: Any,
         else:
             decision = decide(living, rule, epoch, rng(rule.seed, epoch),
                               set_name=set_name, size=size)
-        found.append(SetSelection(set_name, rule, decision))
+        found.append(SetSelection(set_name, rule, decision, tuple(living)))
     return found
 
 
@@ -121,8 +123,11 @@ def record(chosen: SetSelection, specs: Sequence[LoadedSpec]) -> None:
     """Write the decision's record into each candidate's observations, before anything
     acts on it (``reconciler.engine.epochs``)."""
     by_name = {spec.name: spec for spec in specs}
+    document = {**chosen.as_json(),
+                "candidates": evidence(chosen.candidates,
+                                       {name: spec.paths() for name, spec in by_name.items()})}
     for name in sorted(chosen.decision.values):
-        write_record(by_name[name].paths(), chosen.set_name, chosen.as_json())
+        write_record(by_name[name].paths(), chosen.set_name, document)
 
 
 def advance(fleet: Any, paths: Sequence[Path], select: Sequence[str] | None = ()) -> bool:

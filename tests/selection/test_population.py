@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pygit2
 import pytest
 
 from reconciler.engine.epochs import read_record
@@ -112,6 +113,38 @@ def test_eight_replicas_three_epochs_keep_four(specs: Path, env: dict[str, str],
     code, after = _plan(specs, env)
     assert code == 0, after  # in sync: every epoch run, nothing more to decide
     assert "selection" not in after
+    clean = run_ouro("verify", str(specs), env=env)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "selection of set" not in clean.stdout
+    _change_probe_record(state, "pop-3", 2)
+    found = run_ouro("verify", str(specs), env=env)
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert ("selection of set pop, epoch 1: pop-3's probe records of gen 2 are not the ones "
+            "the decision read") in found.stdout, found.stdout
+
+
+def _change_probe_record(state: Path, name: str, generation: int) -> None:
+    """Rewrite one probe record after the fact: its value + 1, committed on its branch."""
+    paths = default_places(state / name, name)
+    repo = pygit2.Repository(str(paths.observations))
+    ref = repo.references[f"refs/heads/{stored.probe_branch(paths.branch)}"]
+    head = repo.get(ref.target)
+    root = head.tree
+    (digest,) = [entry.name for entry in root]
+    folder = repo.get(root[digest].id)
+    records = repo.get(folder[stored.GENERATIONS].id)
+    entry = records[stored.record_name(generation)]
+    record = json.loads(repo.get(entry.id).data)
+    record["metrics"]["value"] += 1
+    inner = repo.TreeBuilder(records)
+    inner.insert(entry.name, repo.create_blob(json.dumps(record).encode()), entry.filemode)
+    middle = repo.TreeBuilder(folder)
+    middle.insert(stored.GENERATIONS, inner.write(), pygit2.enums.FileMode.TREE)
+    top = repo.TreeBuilder(root)
+    top.insert(digest, middle.write(), pygit2.enums.FileMode.TREE)
+    oid = repo.create_commit(None, head.author, head.committer, "changed after the fact\n",
+                             top.write(), [head.id])
+    ref.set_target(oid)
 
 
 def test_a_set_without_selection_plans_no_selection(specs: Path, env: dict[str, str]) -> None:
