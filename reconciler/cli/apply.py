@@ -166,8 +166,7 @@ def apply_command(
         reporter = PlainReporter()
     outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
     while outcome.exit_code == 0 and _selected(request):  # a selected set's next epoch
-        outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter,
-                           as_json=as_json)
+        outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
