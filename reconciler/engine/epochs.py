@@ -102,7 +102,7 @@ def _born_spec(template: LoadedSpec, name: str, parent: LoadedSpec, generation: 
         "observation_branch": places.observation_branch})
     labels = {**template.labels, SET_LABEL: template.set_name or "", EPOCH_LABEL: str(epoch),
               PARENT_LABEL: parent.name}
-    labels.pop("ouro/replica", None)
+    labels.pop("ouro/replica", None)  # a new member is no replica of the spec's
     spec = template.spec.model_copy(update={
         "metadata": template.spec.metadata.model_copy(update={"name": name,
                                                               "labels": labels}),
@@ -140,8 +140,8 @@ def _set_epochs(members: list[LoadedSpec], rule: SelectionSpec, home: Path
             parent = every.get(birth["parent"])
             if parent is None:
                 continue
-            spec = _born_spec(members[0], birth["name"], parent, int(birth["generation"]),
-                              epoch + 1, rule.every, home)
+            spec = _born_spec(parent, birth["name"], parent, int(birth["generation"]),
+                              epoch + 1, rule.every, home)  # the parent's cell, too
             living[spec.name] = every[spec.name] = spec
             born_in[spec.name] = epoch + 1
         epoch += 1
