@@ -198,6 +198,8 @@ def _selected(request: ApplyRequest) -> bool:
     paths = request.paths
     if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":
         return False  # a saved plan applies that plan, no further epoch
+    if request.max_generations is not None or request.deadline_seconds is not None:
+        return False  # the limits are the command's: the next apply decides
     return advance(Fleet(request.state_dir, command="ouro apply"), request.paths,
                    request.select)
 
