@@ -165,7 +165,7 @@ def apply_command(
     else:
         reporter = PlainReporter()
     outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
-    while outcome.exit_code == 0 and _selected(request):  # a selected set's next epoch
+    while outcome.exit_code == 0 and outcome.selected and _selected(request):  # next epoch
         outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
