@@ -30,7 +30,6 @@ def plan_command(
 ) -> None:
     """Show what apply would do. Exit 0 all in sync, 2 changes pending, 1 error or refusal."""
     from reconciler.engine.fleet import Fleet
-    from reconciler.engine.selection import selections, selections_json, table_reader
     from reconciler.report.render import plan_json, plan_markdown, print_plan
 
     if as_json and markdown:  # a usage error: exit 2 with the usage line
@@ -42,12 +41,16 @@ def plan_command(
         from reconciler.plan.saved import save_plan
 
         save_plan(plan, out, specs)
-    chosen = selections(specs, table_reader(fleet, paths), fleet.state_dir)
+    chosen = []
+    if any(spec.member is not None and spec.member.selection is not None for spec in specs):
+        from reconciler.engine.selection import selections, table_reader
+
+        chosen = selections(specs, table_reader(fleet, paths), fleet.state_dir)
     if as_json:
         text = plan_json(plan)
         if chosen:  # a selected set's decision beside the plan (docs/selection.md)
-            text = json.dumps({**json.loads(text), "selection": selections_json(chosen)},
-                              indent=2) + "\n"
+            text = json.dumps({**json.loads(text),
+                               "selection": [one.as_json() for one in chosen]}, indent=2) + "\n"
         sys.stdout.write(text)
     elif markdown:
         sys.stdout.write(plan_markdown(plan))

@@ -35,7 +35,6 @@ def verify_command(
     What the last clean audit of a lineage checked (recorded in <state dir>/.audits) is
     not read again while its object files are untouched: only what is new."""
     from reconciler.engine.fleet import Fleet
-    from reconciler.engine.selection_records import check
     from reconciler.engine.verify import DEFAULT_TIMEOUT, verify
     from reconciler.report.verify import verify_json, verify_text
     from reconciler.state.fleet import audit_record_dir
@@ -47,7 +46,11 @@ def verify_command(
     report = verify([(spec.name, fleet.where(spec)) for spec in loaded],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
-    findings = check(loaded, fleet.state_dir)  # selected sets' decisions (docs/selection.md)
+    findings: list[str] = []
+    if any(spec.member is not None and spec.member.selection is not None for spec in loaded):
+        from reconciler.engine.selection_records import check
+
+        findings = check(loaded, fleet.state_dir)  # the decisions (docs/selection.md)
     if as_json:
         text = verify_json(report)
         if findings:

@@ -23,7 +23,6 @@ from typing import Any
 import pygit2
 
 from reconciler.kernel.base.config import LineagePaths
-from reconciler.plan.selection import NOT_SELECTED
 from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.loaded import ParentPlaces
 from reconciler.spec.models import ForkSpec
@@ -190,5 +189,3 @@ def current_epoch(members: Sequence[LoadedSpec], rule: SelectionSpec,
                 break
     return epoch, sorted(spec.name for spec in every if spec.name not in stopped)
 
-
-STOP_REASON = NOT_SELECTED
