@@ -6,8 +6,8 @@ there, from the per-generation table (``reconciler.state.table``), never from a 
 process. A member that has not yet run the epoch's ``every`` generations makes the
 selection wait, named like a missing measurement.
 
-Not yet here (issue 39): the epochs after the first (born members, raised generations,
-``not-selected`` stops), the decision's record and its verification.
+The epochs (which members live in which epoch) are ``reconciler.engine.epochs``'; the
+record's evidence and its verification, ``reconciler.engine.selection_records``.
 """
 
 from __future__ import annotations
