@@ -165,6 +165,8 @@ def apply_command(
     else:
         reporter = PlainReporter()
     outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
+    while outcome.exit_code == 0 and outcome.selected and _selected(request):  # next epoch
+        outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
@@ -185,6 +187,21 @@ def _applied(request: ApplyRequest, ui: _Terminal, reporter: PlainReporter, *,
         if as_json:
             sys.stdout.write(refusal_json(str(error)))
         raise
+
+
+def _selected(request: ApplyRequest) -> bool:
+    """Record each selected set's decision at the end of its epoch (docs/selection.md);
+    True when one was recorded: apply again to run the new epoch."""
+    from reconciler.engine.fleet import Fleet
+    from reconciler.engine.selection import advance
+
+    paths = request.paths
+    if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":
+        return False  # a saved plan applies that plan, no further epoch
+    if request.max_generations is not None or request.deadline_seconds is not None:
+        return False  # the limits are the command's: the next apply decides
+    return advance(Fleet(request.state_dir, command="ouro apply"), request.paths,
+                   request.select)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ Thin: resolve the lineages, run the audit in its supervised child, render, exit
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
@@ -54,8 +55,20 @@ def verify_command(
     report = verify([(item.name, item.paths) for item in chosen],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
-    sys.stdout.write(verify_json(report) if as_json else verify_text(report))
-    raise SystemExit(report.exit_status)
+    findings: list[str] = []
+    if any(spec.member is not None and spec.member.selection is not None for spec in loaded):
+        from reconciler.engine.selection_records import check
+
+        findings = check(loaded, fleet.state_dir)  # the decisions (docs/selection.md)
+    if as_json:
+        text = verify_json(report)
+        if findings:
+            text = json.dumps({**json.loads(text), "selection": findings}, indent=2) + "\n"
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(verify_text(report))
+        sys.stdout.write("".join(f"{line}\n" for line in findings))
+    raise SystemExit(1 if findings else report.exit_status)
 
 
 def register(app: typer.Typer) -> None:

@@ -157,9 +157,12 @@ class Fleet:
 
     def load(self, paths: Sequence[Path]) -> list[LoadedSpec]:
         """Every spec under ``paths`` (``SpecError`` lists every problem)."""
+        from reconciler.engine.epochs import expand
+        from reconciler.spec.fork_parents import state_dir_or_none
         from reconciler.spec.load import load_specs
 
         loaded = load_specs(paths, state_dir=self.given_state_dir)
+        loaded = expand(loaded, state_dir_or_none(self.given_state_dir))  # selected sets' epochs
         if any(spec.recorded_dir is not None for spec in loaded):
             from reconciler.engine.recorded import fill
 

@@ -87,6 +87,7 @@ class ApplyOutcome:
     interrupted: bool
     stopped_by: str | None  # "interrupt", "deadline", "max-generations" or None
     event_log_failed: str | None  # why the event log could not be written, if it could not
+    selected: bool = False  # a set of this apply has spec.selection (docs/selection.md)
 
     @property
     def failed(self) -> list[LineageResult]:
@@ -258,7 +259,8 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
                 failed=[r.name for r in outcome.failed],
                 unfinished=[r.name for r in outcome.unfinished], stopped_by=outcome.stopped_by)
     return ApplyOutcome(outcome.lineages, outcome.interrupted, outcome.stopped_by,
-                        events.failed)
+                        events.failed, any(spec.member is not None and spec.member.selection
+                                           is not None for spec in prepared.specs))
 
 
 __all__ = ["EXIT_INTERRUPTED", "ApplyOutcome", "ApplyRequest", "ApplyUI", "apply", "prepare"]

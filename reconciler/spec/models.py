@@ -60,6 +60,7 @@ from reconciler.spec.names import (
     URL,
     whole,
 )
+from reconciler.spec.selection import SelectionSpec
 from reconciler.spec.slurm import ExecutorSpec, SlurmSpec
 
 __all__ = [
@@ -639,6 +640,8 @@ class LineageSetBody(Strict):
     )
     template: dict[str, Any] = Field(
         description="a Lineage's spec; matrix keys replace the fields they name")
+    selection: SelectionSpec | None = Field(
+        default=None, description="opt-in selection among the members (docs/selection.md)")
 
 
 class LineageSetSpec(Strict):

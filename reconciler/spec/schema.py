@@ -26,6 +26,7 @@ from reconciler.spec.models import (
     StorageSpec,
 )
 from reconciler.spec.names import MATRIX_KEY
+from reconciler.spec.selection import SelectionSpec
 
 __all__ = ["json_schema"]
 
@@ -80,6 +81,9 @@ def _with_sets(schema: dict[str, Any]) -> None:
     template = {k: v for k, v in definitions["LineageBody"].items() if k != "required"}
     template["title"] = "LineageTemplate"
     definitions["LineageTemplate"] = template
+    selection = SelectionSpec.model_json_schema(by_alias=True, mode="validation")
+    definitions.update(selection.pop("$defs", {}))
+    definitions["SelectionSpec"] = selection
     definitions["LineageSetBody"] = {
         "additionalProperties": False,
         "description": LineageSetBody.__doc__.split("\n")[0] if LineageSetBody.__doc__ else "",
@@ -91,6 +95,7 @@ def _with_sets(schema: dict[str, Any]) -> None:
                        "additionalProperties": {"type": "array", "minItems": 1},
                        "description": "spec field paths to the values they take"},
             "template": {"$ref": "#/$defs/LineageTemplate"},
+            "selection": {"$ref": "#/$defs/SelectionSpec"},
         },
         "required": ["template"],
         "title": "LineageSetBody",

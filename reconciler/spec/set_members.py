@@ -23,6 +23,7 @@ from reconciler.spec.messages import Place, plain_place, validated
 from reconciler.spec.models import LineageSetSpec, LineageSpec
 from reconciler.spec.names import MATRIX_KEY, whole
 from reconciler.spec.positions import dotted, locate_node, mark, problem
+from reconciler.spec.selection import selection_problems
 from reconciler.spec.sources import Document, Source
 
 __all__ = ["DEFAULT_MAX_MEMBERS", "allow_members", "max_members", "validate_set"]
@@ -68,6 +69,12 @@ def _set_problems(spec: LineageSetSpec, node: Node) -> list[tuple[Node, str, str
                           f"spec.template.storage.{name}",
                           "a member's storage is its own (<state dir>/<member>, branch "
                           "lineage-<member>): remove it from the template"))
+    if body.selection is not None:
+        size = math.prod(len(values) for values in body.matrix.values()) * body.replicas
+        for loc, field, message in selection_problems(body.selection, body.template, size,
+                                                       spec.name):
+            found.append((locate_node(node, ("spec", "selection", *loc), key=False),
+                          field, message))
     return found
 
 
@@ -165,5 +172,6 @@ def validate_set(source: Source, index: int, node: Node, value: Any,
                                     member.model_copy(update={"metadata": metadata}),
                                     set_name=spec.name,
                                     member=sets.Membership(spec.name, cell.name, i,
-                                                           dict(cell.values))))
+                                                           dict(cell.values),
+                                                           selection=spec.spec.selection)))
     return members

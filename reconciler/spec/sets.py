@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.spec.selection import SelectionSpec
+
 __all__ = [
     "INDEX_DIGITS",
     "Cell",
@@ -158,6 +160,7 @@ class Membership:
     replica: int
     matrix: dict[str, Any]
     orphaned: bool = False
+    selection: SelectionSpec | None = None  # the set's spec.selection (None: no selection)
 
 
 def orphan_membership(set_name: str, name: str,
