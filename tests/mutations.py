@@ -106,15 +106,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a condition's time reset when only its reason changes"),
     Mutation(
         "webhook-delivered-inline", _CONTROLLER + "notify.py",
-        '            self._queue.put({"kind": EVENT_KIND, "event": event, "text": text, '
-        '"at": now(),\n                             **fields})',
+        '        for inbox in self._queues:\n            inbox.put(item)',
+        '        for name, deliver in self._channels:\n'
         '            try:\n'
         '                for attempt in Retrying(stop=stop_after_attempt(self.settings.attempts),'
         '\n                        wait=wait_exponential(multiplier=0.5, '
         'max=self.settings.wait_max)):\n'
         '                    with attempt:\n'
-        '                        self._deliver({"kind": EVENT_KIND, "event": event, '
-        '"text": text, "at": now(), **fields})\n'
+        '                        deliver(json.dumps(item, sort_keys=True, default=str).encode())\n'
         '            except Exception:\n'
         '                pass',
         ("tests/controller/test_notify.py::"

@@ -56,6 +56,7 @@ def verify_command(
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
     findings: list[str] = []
+    loaded = [item.spec for item in chosen if item.spec is not None]
     if any(spec.member is not None and spec.member.selection is not None for spec in loaded):
         from reconciler.engine.selection_records import check
 

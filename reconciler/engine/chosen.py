@@ -26,8 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.engine.epochs import expand
 from reconciler.engine.sets import Shown, find_named, grouped
 from reconciler.errors import OuroError
+from reconciler.spec.fork_parents import state_dir_or_none
 from reconciler.spec.load import LoadedSpec, default_places, load_specs
 from reconciler.spec.select import Selector, SelectorError, parse, select
 from reconciler.spec.sets import (
@@ -142,7 +144,8 @@ def choose(arguments: Sequence[str | Path], *, names: Sequence[str] = (),
         found = find_named([*told.names, *names], spec_paths, state_dir)
         return _select(found, select_texts or (), command, bool(spec_paths))
     if spec_paths:
-        loaded = load_specs(spec_paths, state_dir=state_dir)
+        loaded = expand(load_specs(spec_paths, state_dir=state_dir),
+                        state_dir_or_none(state_dir))  # a selected set's later epochs too
         chosen: list[LoadedSpec] = _select_specs(loaded, select_texts or (), command)
         return grouped(loaded, chosen, state_dir)
     found = [Shown(item.name, item.paths) for item in fleet([], state_dir)]
