@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml.nodes import Node, ScalarNode
 
 from reconciler.errors import Problem
-from reconciler.spec import units
+from reconciler.spec import names, units
 from reconciler.spec.models import LineageSpec
 from reconciler.spec.positions import dotted, locate_node, mark, problem
 from reconciler.spec.sources import Source
@@ -74,6 +74,10 @@ def message(error: Any, node: Node, root: type[BaseModel] = LineageSpec) -> str:
         relation = {"greater_than_equal": "at least", "greater_than": "more than",
                     "less_than_equal": "at most", "less_than": "less than"}[kind]
         return f"must be {relation} {bound}, not {units.describe(given)}"
+    if kind == "string_pattern_mismatch":
+        rule = names.WORDS.get(str(error.get("ctx", {}).get("pattern", "")))
+        if rule is not None:
+            return f"must be {rule} (got {units.describe(given)})"
     if kind == "string_type" and isinstance(given, int | float | bool):
         return f"must be a string, not {units.describe(given)}: quote it"
     return f"{message[:1].lower()}{message[1:]} (got {units.describe(given)})"

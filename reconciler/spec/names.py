@@ -25,6 +25,7 @@ __all__ = [
     "SBATCH_OPTION",
     "SLURM_NAME",
     "URL",
+    "WORDS",
     "whole",
 ]
 
@@ -53,6 +54,23 @@ NAME_PATTERNS: dict[str, re.Pattern[str]] = {
     "ENV_NAME": ENV_NAME, "MODEL_NAME": MODEL_NAME, "METRIC_NAME": METRIC_NAME,
     "MATRIX_KEY": MATRIX_KEY, "SBATCH_OPTION": SBATCH_OPTION, "SLURM_NAME": SLURM_NAME,
     "URL": URL,
+}
+
+# Each pattern in words, for an error message (a person reads these, not the regex).
+WORDS: dict[str, str] = {
+    DNS_LABEL.pattern: "lower-case letters, digits and '-', starting and ending with a "
+    "letter or digit, at most 63 characters",
+    LABEL_KEY.pattern: "letters, digits, '.', '_', '/' and '-', starting and ending with a "
+    "letter or digit, at most 63 characters",
+    LABEL_VALUE.pattern: "one line of at most 256 characters, no control characters",
+    ENV_NAME.pattern: "letters, digits and '_', not starting with a digit",
+    MODEL_NAME.pattern: "one line of 1 to 200 characters, no control characters",
+    METRIC_NAME.pattern: "letters, digits, '_', '.' and '-', starting with a letter, digit "
+    "or '_', at most 64 characters",
+    MATRIX_KEY.pattern: "lower-case words of letters and '_', joined by '.'",
+    SBATCH_OPTION.pattern: "one long option, --name or --name=value, on one line",
+    SLURM_NAME.pattern: "letters, digits, '_', '.', '+' and '-', 1 to 128 characters",
+    URL.pattern: "an http:// or https:// URL with a host, no credentials, query or fragment",
 }
 
 

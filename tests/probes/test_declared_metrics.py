@@ -76,8 +76,8 @@ def _write(folder: Path, metrics: str) -> Path:
 @pytest.mark.parametrize(("metrics", "says"), [
     ("[]", "name at least one, or leave the field out"),
     ("[bytes, bytes]", "metrics names 'bytes' twice: each once"),
-    ('["bytes\\n"]', "string should match pattern"),
-    ("[by tes]", "string should match pattern"),
+    ('["bytes\\n"]', "must be letters, digits, '_'"),
+    ("[by tes]", "must be letters, digits, '_'"),
 ])
 def test_a_bad_declaration_is_refused(tmp_path: Path, metrics: str, says: str) -> None:
     found = _load(tmp_path, "bytes", f"      metrics: {metrics}\n")

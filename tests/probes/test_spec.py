@@ -70,7 +70,8 @@ def test_no_probes_is_the_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("body", "where", "says"), [
-    (PROBE.replace("name: loads", "name: Loads"), "10:13", "should match pattern"),
+    (PROBE.replace("name: loads", "name: Loads"), "10:13",
+     "must be lower-case letters, digits and '-'"),
     (PROBE.replace("run: [emacs, -Q, --batch, -l, /probe/loads.el]", "run: []"), "11:12",
      "at least 1"),
     (PROBE.replace("metric: score, at_least", "metric: score, at_most: 1, at_least"), "15:7",
