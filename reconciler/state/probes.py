@@ -246,6 +246,7 @@ def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[t
 
 
 FAILURE_CHARS = 200  # a probe failure's reason as a table keeps it
+STDERR_SHOWN = 1_024  # the end of a failed probe's stderr as a table keeps it
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,9 @@ class ProbeTable:
     values: dict[str, dict[int, Any]]
     failures: dict[str, dict[int, str]]
     probe_of: dict[str, str] = field(default_factory=dict)
+    # each failure's end of stderr, as its record keeps it (``stderr_tail``), cut to its
+    # last STDERR_SHOWN characters (probe -> generation -> text; absent: none recorded)
+    stderr_tails: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def plottable(self) -> list[str]:
         """The columns with at least one number or boolean, sorted."""
@@ -270,6 +274,7 @@ def table(paths: LineagePaths) -> ProbeTable:
     values: dict[str, dict[int, Any]] = {}
     failures: dict[str, dict[int, str]] = {}
     probe_of: dict[str, str] = {}
+    tails: dict[str, dict[int, str]] = {}
     for number, found in latest(paths).items():
         for item in found:
             name = str(item.record.get("probe"))
@@ -278,8 +283,11 @@ def table(paths: LineagePaths) -> ProbeTable:
             if failure is not None or not isinstance(measured, dict):
                 reason = str(failure) if failure is not None else "no metrics recorded"
                 failures.setdefault(name, {})[number] = reason[:FAILURE_CHARS]
+                tail = item.record.get("stderr_tail")
+                if isinstance(tail, str) and tail.strip():
+                    tails.setdefault(name, {})[number] = tail[-STDERR_SHOWN:]
                 continue
             for metric, value in measured.items():
                 values.setdefault(f"probe.{name}.{metric}", {})[number] = value
                 probe_of[f"probe.{name}.{metric}"] = name
-    return ProbeTable(values, failures, probe_of)
+    return ProbeTable(values, failures, probe_of, tails)

@@ -198,7 +198,8 @@ def fleet_probe_context(columns: Sequence[str], chosen: str | None) -> dict[str,
 
 def _probe_context(name: str, probes: ProbeTable) -> dict[str, Any]:
     columns = probes.plottable()
-    failures = sorted((number, probe, reason) for probe, found in probes.failures.items()
+    failures = sorted((number, probe, reason, probes.stderr_tails.get(probe, {}).get(number))
+                      for probe, found in probes.failures.items()
                       for number, reason in found.items())
     return {
         "probe_plots": [{"src": probe_plot_src(column, name), "title": column}

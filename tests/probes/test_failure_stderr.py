@@ -51,3 +51,24 @@ def test_a_measured_probe_says_so(specs: Path, env: dict[str, str]) -> None:
     [record] = json.loads(run_ouro("show", "fine", "1", "--json", env=env).stdout)["probes"]
     assert (record["outcome"], record["metrics"]) == ("measured", {"n": 1})
     assert "a warning" not in run_ouro("show", "fine", "1", env=env).stdout  # only a failure's
+
+
+def test_the_viewer_shows_a_failed_probes_stderr(specs: Path, env: dict[str, str]) -> None:
+    """The lineage page lists the failure with the end of its stderr, escaped (issue 41
+    item 3: show, the viewer and the export)."""
+    from starlette.testclient import TestClient
+
+    from reconciler.state.fleet import find_lineages
+    from reconciler.viewer.app import FleetSource, Shown, create_app
+
+    _spec(specs, "missing", NOISY.replace("; no-such-tool",
+                                          "; echo '<b>bold</b>' >&2; no-such-tool"))
+    assert run_ouro("apply", "--yes", str(specs), env=env).returncode == 0
+    [found] = find_lineages(["missing"], [], Path(env["OURO_STATE_DIR"]))
+    source = FleetSource(lambda: {"missing": Shown(found.paths, 1)}, fixed=True)
+    client = TestClient(create_app(source, "t0ken"), base_url="http://127.0.0.1")
+    page = client.get("/lineage/missing?token=t0ken").text
+    assert "probe crash failed: exit status 127" in page
+    assert '<pre class="probe-stderr"' in page and "no-such-tool: not found" in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page
+    assert "\x1b" not in page
