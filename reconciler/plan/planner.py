@@ -51,6 +51,7 @@ from reconciler.plan.probes import (
     UntilStop,
     measurement_work,
     shown_stop,
+    unseen_metrics,
     until_stop,
 )
 from reconciler.plan.remedies import foreign_instrument, instrument_name, remedy
@@ -144,6 +145,27 @@ def _conditions(spec: PlanSpec) -> tuple[Sequence[Any], dict[str, str]]:
     model: Any = getattr(spec, "spec", None)
     conditions = getattr(getattr(model, "spec", None), "until", None) or ()
     return conditions, {p.name: p.digest for p in getattr(spec, "probes", ())}
+
+
+def _notes(spec: PlanSpec, observed: ObservedState, running: str | None, have: int,
+           desired: int) -> list[str]:
+    """The plan's notes: warnings that do not change its action."""
+    notes = _first_notes(observed, running)
+    notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
+    notes += fork_notes(getattr(spec, "fork", None), observed.lineage_metadata)
+    return notes + _until_notes(spec, observed)
+
+
+def _until_notes(spec: PlanSpec, observed: ObservedState) -> list[str]:
+    """``spec.until`` metrics an undeclared probe has never printed (``unseen_metrics``)."""
+    conditions, digests = _conditions(spec)
+    if not conditions:
+        return []
+    model: Any = getattr(spec, "spec", None)
+    declared = {probe.name: probe.metrics
+                for probe in getattr(getattr(model, "spec", None), "probes", None) or ()}
+    return unseen_metrics(conditions, declared, digests,
+                          getattr(observed, "probe_metrics", {}))
 
 
 def until_of(spec: PlanSpec, observed: ObservedState, have: int) -> UntilStop | None:
@@ -634,9 +656,7 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
     # Optional on the observed state and the spec (Protocols stay minimal for fakes).
     running: str | None = getattr(observed, "running", None)
     labels = dict(getattr(spec, "labels", None) or {})
-    notes = _first_notes(observed, running)
-    notes += _failure_notes(observed.last_observation, have) + _stop_notes(observed, have, desired)
-    notes += fork_notes(getattr(spec, "fork", None), observed.lineage_metadata)
+    notes = _notes(spec, observed, running, have, desired)
 
     # What could be read is reported even when the lineage is refused.
     changes = changes_against(spec, observed.last_observation)

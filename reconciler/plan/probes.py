@@ -12,12 +12,16 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["GOAL_STOPS", "MeasurementWork", "ProbeLike", "UntilStop", "measurement_work",
-           "shown_stop", "until_stop"]
+__all__ = ["GOAL_STOPS", "UNSEEN_AFTER", "MeasurementWork", "ProbeLike", "UntilStop",
+           "measurement_work", "shown_stop", "unseen_metrics", "until_stop"]
 
 # The stop codes of a lineage reaching its goal (``spec.until``), not a fault: an
 # UntilStop's codes, and the one list every reader of a stop reason checks.
 GOAL_STOPS = ("target-reached", "plateau")
+# A spec.until metric of a probe that declares no ``metrics`` and has never printed it in
+# this many measured generations is named in the plan: most likely a typo (a declared
+# probe's until is checked at validate instead).
+UNSEEN_AFTER = 3
 
 
 class ProbeLike(Protocol):
@@ -135,3 +139,26 @@ def shown_stop(conditions: Sequence[ConditionLike], digests: Mapping[str, str],
     if not conditions or (desired is not None and generations >= desired):
         return None
     return until_stop(conditions, digests, metrics(), generations)
+
+
+def unseen_metrics(conditions: Sequence[ConditionLike], declared: Mapping[str, Any],
+                   digests: Mapping[str, str], metrics: Mapping[str, Series]) -> list[str]:
+    """A note for each ``spec.until`` condition whose probe declares no metrics
+    (``declared``: probe name -> its ``metrics`` list or None) and that has measured at
+    least ``UNSEEN_AFTER`` generations without ever printing the condition's metric."""
+    notes = []
+    for condition in conditions:
+        digest = digests.get(condition.probe)
+        if digest is None or declared.get(condition.probe) is not None:
+            continue
+        measured = [found for found in metrics.get(digest, {}).values()
+                    if isinstance(found, Mapping)]
+        if len(measured) >= UNSEEN_AFTER and not any(condition.metric in found
+                                                     for found in measured):
+            printed = sorted({name for found in measured for name in found})[:8]
+            notes.append(
+                f"spec.until: probe {condition.probe} has measured {len(measured)} "
+                f"generations and never printed {condition.metric!r} (it printed: "
+                f"{', '.join(printed) or 'nothing'}); a typo? Declare the probe's metrics "
+                "(metrics: [...]) to have until checked at validate")
+    return notes

@@ -166,13 +166,14 @@ def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Pa
         child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
                                  cwd=Path(__file__).resolve().parents[2],
                                  start_new_session=True)
-        # killed at a random point once it has recorded one more generation (a kill
-        # before any record would leave nothing to resume from)
-        start, deadline = measured(), time.monotonic() + 60
-        while measured() == start and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(random.uniform(0, 0.3))
-        os.killpg(child.pid, signal.SIGKILL)
+        # killed at a random point once it has recorded one to four more generations (a
+        # kill before any record would leave nothing to resume from; counted, not timed:
+        # a fast probe measures a dozen in a fraction of a second)
+        target, deadline = measured() + random.randint(1, 4), time.monotonic() + 60
+        while measured() < target and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):  # it ended by itself: its group is gone
+            os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     before = measured()
     assert 0 < before < 20, before  # it progressed, and was cut off

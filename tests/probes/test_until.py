@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.plan.probes import until_stop
+from reconciler.plan.probes import unseen_metrics, until_stop
 from reconciler.spec.probes import UntilSpec
 from tests.apply.helpers import report, run_ouro, write_spec
 
@@ -84,3 +84,30 @@ def test_a_failure_or_a_non_number_never_satisfies_a_condition() -> None:
     assert until_stop(conditions[:1], {"p": "d"}, {"d": {4: {"m": 5}}}, 3) is None
     found = until_stop(conditions[1:], {"p": "d"}, {"d": {1: {"m": 5}, 2: None, 3: {"m": 5}}}, 3)
     assert found is not None and (found.code, found.generation) == ("plateau", 3)
+
+
+def test_a_metric_an_undeclared_probe_never_printed_is_named_in_the_plan(
+        specs: Path, env: dict[str, str]) -> None:
+    """A typo in an until metric can never be met: once the probe (which declares no
+    metrics) has measured UNSEEN_AFTER generations without printing it, plan says so."""
+    spec(specs, "typo", "{probe: gen, metric: nn, at_least: 2}", generations=3)
+    applied = run_ouro("apply", "--yes", str(specs), env=env)
+    assert applied.returncode == 0, applied.stderr
+    planned = run_ouro("plan", str(specs), env=env)
+    assert "probe gen has measured" in planned.stdout, planned.stdout
+    assert "never printed 'nn' (it printed: down, flat, n)" in planned.stdout
+    # the same metric, declared: validate refuses it instead (tests/probes/test_declared_metrics)
+
+
+def test_unseen_metrics_waits_for_enough_generations_and_skips_a_declared_probe() -> None:
+    conditions = [UntilSpec(probe="p", metric="m", at_least=1)]
+    printed = {"d": {1: {"x": 1}, 2: None, 3: {"x": 2}, 4: {"x": 3}}}
+    assert unseen_metrics(conditions, {"p": None}, {"p": "d"}, printed) == [
+        "spec.until: probe p has measured 3 generations and never printed 'm' (it printed: "
+        "x); a typo? Declare the probe's metrics (metrics: [...]) to have until checked at "
+        "validate"]
+    assert unseen_metrics(conditions, {"p": ["m"]}, {"p": "d"}, printed) == []  # declared
+    fewer = {"d": {1: {"x": 1}, 2: None, 3: {"x": 2}}}  # a failure is no measurement
+    assert unseen_metrics(conditions, {"p": None}, {"p": "d"}, fewer) == []
+    seen = {"d": {1: {"x": 1}, 2: {"m": 0}, 3: {"x": 2}}}
+    assert unseen_metrics(conditions, {"p": None}, {"p": "d"}, seen) == []
