@@ -5,8 +5,8 @@ module's ``FORMAT_VERSION``, the same for every kind) and its ``kind``, then its
 fields. A field may be added to a document, never renamed or dropped, without
 bumping ``FORMAT_VERSION``. The kinds: ``ouro-plan``, ``ouro-status``,
 ``ouro-apply``, ``ouro-verify``, ``ouro-log``, ``ouro-show``, ``ouro-kernels``, the
-controller's ``ouro-controller-status`` and the saved plan's ``ouro-plan-file`` (which
-also carries the ``format`` its reader checks).
+controller's ``ouro-controller-status``, the saved plan's ``ouro-plan-file`` (which
+also carries the ``format`` its reader checks), ``ouro-compare`` and ``ouro-best``.
 
 May import nothing of reconciler: every layer above the kernel builds its documents here.
 """
@@ -19,7 +19,8 @@ __all__ = ["FORMAT_VERSION", "KINDS", "envelope"]
 
 FORMAT_VERSION = 1
 KINDS = ("ouro-plan", "ouro-status", "ouro-apply", "ouro-verify", "ouro-log", "ouro-show",
-         "ouro-kernels", "ouro-plan-file", "ouro-controller-status")
+         "ouro-kernels", "ouro-plan-file", "ouro-controller-status", "ouro-compare",
+         "ouro-best")
 
 
 def envelope(kind: str, **fields: Any) -> dict[str, Any]:

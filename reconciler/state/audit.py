@@ -894,13 +894,16 @@ def _run(audit: _Audit) -> None:
     audit.observation_history(obs_repo, obs_chain)
     files = audit.observation_files(obs_repo, obs_chain)
     audit.observations_against(repo, chain[-1].id, generations, files)
-    _probe_records(audit, generations)
+    _probe_records(audit, generations, chain[0])
 
 
-def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]]) -> None:
-    """The probe records (``reconciler.state.probes``): each names its generation's commit,
-    each digest is its probe's."""
+def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]],
+                   root: pygit2.Commit) -> None:
+    """The probe records (``reconciler.state.probes``): each names its generation's commit
+    (generation 0's: the seed, the root commit), each digest is its probe's."""
     commits = {number: str(oid) for number, (oid, _) in generations.items()}
+    if not formats.is_generation_subject(_subject(root)):
+        commits[0] = str(root.id)
     for kind, number in check_records(audit.paths, commits):
         if kind == "commit":
             audit.find("probe-record-commit", number)
