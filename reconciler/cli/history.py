@@ -68,13 +68,15 @@ def log_command(
     from reconciler.plan.planner import shown_until
     from reconciler.report.history import log_json, log_text
     from reconciler.state.probes import columns, metrics
+    from reconciler.state.seed_row import with_seed
 
     chosen = []
     probes = {}
     members = {}
     stops = {}
     for found, summary in _named(names, specs, state_dir):
-        rows = [row for row in summary.rows
+        every = summary.rows if deaths or since is not None else with_seed(found.paths, summary)
+        rows = [row for row in every  # row 0 (the seed) unless --deaths or --since
                 if (not deaths or row.status == "died")
                 and (since is None or row.generation >= since)]
         chosen.append((summary, rows))
@@ -95,7 +97,8 @@ def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[
 
 def show_command(
     name: Annotated[str, typer.Argument(help="lineage name")],
-    generation: Annotated[int, typer.Argument(help="generation number", min=1)],
+    generation: Annotated[int, typer.Argument(help="generation number (0 is the seed)",
+                                              min=0)],
     full: Annotated[bool, typer.Option("--full", help="prompts, replies and bodies in full")]
     = False,
     as_json: Json = False,
@@ -108,9 +111,11 @@ def show_command(
     from reconciler.state.history import detail
     from reconciler.state.probes import latest
     from reconciler.state.ran_with import born_under
+    from reconciler.state.seed_row import seed_detail
 
     paths, summary = _one(name, specs, state_dir)
-    found = detail(paths, summary, generation)
+    found = (seed_detail(paths, summary) if generation == 0
+             else detail(paths, summary, generation))
     render = show_json if as_json else show_text
     probes = [item.record for item in latest(paths).get(generation, [])]
     sys.stdout.write(render(name, found, full=full, born=born_under(paths), probes=probes))
@@ -206,6 +211,7 @@ def export_command(
     from reconciler.report.escape import terminal
     from reconciler.report.history import EXPORT_FORMATS, export_text
     from reconciler.state.probes import columns
+    from reconciler.state.seed_row import with_seed
 
     if fmt not in EXPORT_FORMATS:
         raise OuroError(f"ouro export: --format {fmt!r} is not one of "
@@ -222,7 +228,8 @@ def export_command(
     if to is not None:
         _to_mlflow(found, probes, specs, tracking_uri, experiment, state_dir)
         return
-    text = export_text(summaries, fmt, probes, members)
+    rows = {summary.name: with_seed(paths, summary) for paths, summary in found}  # row 0 first
+    text = export_text(summaries, fmt, probes, members, rows)
     if out is None:
         sys.stdout.write(text)
         return

@@ -75,6 +75,8 @@ def _number(value: float | int | str | None, fmt: str = "{}") -> str:
 
 def outcome_of(row: GenerationRow) -> str:
     """changed / no-change / died (cause), with a model failure noted."""
+    if row.status == "seed":  # row 0: no life made it (reconciler.state.seed_row)
+        return "seed"
     text = row.status or "?"
     if row.status == "died":
         cause = row.death_cause or "unknown cause"
@@ -204,11 +206,14 @@ def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]]
 
 
 def export_text(summaries: Sequence[LineageSummary], fmt: str,
-                probes: ProbeColumns | None = None, members: Members | None = None) -> str:
+                probes: ProbeColumns | None = None, members: Members | None = None,
+                rows: Mapping[str, Sequence[GenerationRow]] | None = None) -> str:
     """One row per generation, ``lineage`` first, then ``COLUMNS``, then the probes'
     ``probe.<name>.<metric>`` columns, sorted, then, when a lineage is in a set, the set
-    columns: ``set``, ``cell``, ``replica``, ``orphaned``, ``matrix.<key>`` (docs/export.md)."""
+    columns: ``set``, ``cell``, ``replica``, ``orphaned``, ``matrix.<key>`` (docs/export.md).
+    ``rows``: a lineage's rows when not its summary's (its seed's row 0 first)."""
     found = probes or {}
+    given = rows or {}
     places = members or {}
     keys = matrix_columns(list(places.values()))
     in_set = any(member is not None for member in places.values())
@@ -221,7 +226,7 @@ def export_text(summaries: Sequence[LineageSummary], fmt: str,
                                   **found.get(summary.name, {}).get(row.generation, {}),
                                   **sets(summary)},
                                  ensure_ascii=False, default=str)) + "\n"
-            for summary in summaries for row in summary.rows
+            for summary in summaries for row in given.get(summary.name, summary.rows)
         )
     extra = sorted({name for columns in found.values() for name in _probe_names(columns)})
     tail = [*SET_COLUMNS, *keys] if in_set else []
@@ -230,7 +235,7 @@ def export_text(summaries: Sequence[LineageSummary], fmt: str,
     writer.writerow(("lineage", *COLUMNS, *extra, *tail))
     for summary in summaries:
         own = {key: _csv_value(value) for key, value in sets(summary).items()}
-        for row in summary.rows:
+        for row in given.get(summary.name, summary.rows):
             values = {**asdict(row), **found.get(summary.name, {}).get(row.generation, {}),
                       **own}
             writer.writerow((summary.name, *("" if values.get(c) is None else values[c]

@@ -18,10 +18,11 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import ORGANISM_FILE, LineagePaths
+from reconciler.state.history import GenerationDetail
 from reconciler.state.repos import READ_ERRORS, first_line, open_repo
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
-__all__ = ["SEED_OUTCOME", "seed_row", "with_seed"]
+__all__ = ["SEED_OUTCOME", "seed_detail", "seed_row", "with_seed"]
 
 SEED_OUTCOME = "seed"
 
@@ -59,3 +60,15 @@ def with_seed(paths: LineagePaths, summary: LineageSummary) -> tuple[GenerationR
     """The summary's rows with row 0 first, when the lineage has a readable seed."""
     seed = seed_row(paths, summary)
     return summary.rows if seed is None else (seed, *summary.rows)
+
+
+def seed_detail(paths: LineagePaths, summary: LineageSummary) -> GenerationDetail:
+    """What ``ouro show NAME 0`` shows: the seed's row and commit (no journal entry, no
+    diff, no observation: no life made it)."""
+    row = seed_row(paths, summary)
+    if row is None:
+        raise StateError(f"ouro: lineage {summary.name} has no readable seed (generation 0): "
+                         "its root commit does not read, or is itself a generation; run "
+                         "`ouro verify`")
+    return GenerationDetail(row=row, commit=row.lineage_commit, parent=None,
+                            journal_entry=None, diff=(), body=None, record=None)
