@@ -37,6 +37,7 @@ def _label(text: str) -> str:
 def figure_bytes(points: Sequence[Comparison], metric: str, fmt: str) -> bytes:
     """The figure of ``points`` (one comparison per generation, groups in the same order)
     in ``fmt`` (svg, pdf or png)."""
+    from matplotlib import rc_context
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(7.0, 4.4), layout="constrained")
@@ -77,5 +78,6 @@ def figure_bytes(points: Sequence[Comparison], metric: str, fmt: str) -> bytes:
                     va="bottom", ha="left")
         figure.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))  # type: ignore[union-attr,call-arg]
     buffer = io.BytesIO()
-    figure.savefig(buffer, format=fmt, metadata=_METADATA[fmt], dpi=200)
+    with rc_context({"svg.hashsalt": "ouro-compare"}):  # the SVG's ids: the same each time
+        figure.savefig(buffer, format=fmt, metadata=_METADATA[fmt], dpi=200)
     return buffer.getvalue()
