@@ -39,6 +39,7 @@ def figure_bytes(points: Sequence[Comparison], metric: str, fmt: str) -> bytes:
     in ``fmt`` (svg, pdf or png)."""
     from matplotlib import rc_context
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(7.0, 4.4), layout="constrained")
     axes = figure.add_subplot()
@@ -63,9 +64,11 @@ def figure_bytes(points: Sequence[Comparison], metric: str, fmt: str) -> bytes:
         for generation, group in found:
             if group.n != shown:
                 axes.annotate(f"n={group.n}", (generation, group.mean), fontsize=7,
-                              color=colour, textcoords="offset points", xytext=(2, 4))
+                              color=colour, textcoords="offset points",
+                              xytext=(3, 4 + 9 * (j % 4)))  # groups at one point: apart
                 shown = group.n
     level = f"{points[0].confidence:.0%}" if points else "95%"
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("generation")
     axes.set_ylabel(_label(metric))
     axes.set_title(_label(f"{metric}: mean per group with its {level} CI"), fontsize=10)
