@@ -189,7 +189,7 @@ def _finding(value: Any, lineage: str) -> Finding:
     code, named, generation = value.get("code"), value.get("lineage"), value.get("generation")
     if not isinstance(code, str) or code not in CODES or named != lineage:
         raise _Refused
-    if generation is not None and (_count(generation) < 0):  # 0: the seed (a probe record)
+    if generation is not None and (_count(generation) < 1):
         raise _Refused
     return Finding(code, lineage, generation)
 

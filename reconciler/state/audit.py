@@ -904,7 +904,8 @@ def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str |
     commits = {number: str(oid) for number, (oid, _) in generations.items()}
     if not formats.is_generation_subject(_subject(root)):
         commits[0] = str(root.id)
-    for kind, number in check_records(audit.paths, commits):
+    for kind, found in check_records(audit.paths, commits):
+        number = found or None  # the seed's record: the lineage's (reports count from 1)
         if kind == "commit":
             audit.find("probe-record-commit", number)
         elif kind == "digest":
