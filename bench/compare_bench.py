@@ -5,18 +5,19 @@ generations, with one probe measured at every generation and the seed.
 One command: `python bench/compare_bench.py [--cells C] [--replicas R] [--generations G]
 [--rounds N]`.
 
-The members' lineages are written once with plan_bench.py's builder (docs/lineage-contract.md's
-formats, pygit2, a fixed instrument) at the set's default places, each with its probe
-records on ``probes/<lineage branch>`` in the layout ``reconciler.state.probes`` reads
-(one commit per lineage holding every record: the reader does not walk them), cached under
-the temp folder's ouro-bench/. The probe's value is the replica's index plus 10 x the cell's
-(the cells differ by construction). Measured as fresh processes (imports included, scipy
-too: what a user waits for), best of N: `ouro compare SET.yaml --metric
-probe.score.value --json` at the last generation, and the same in text. Also, in this
-process: reading the rows (``engine.compare_rows.lineage_rows``) and the statistics
-(``report.statistics.compare_at``) apart. Exits 1 if a result is wrong (each cell's n is its
-replica count; the means are the replicas' mean index plus 10 x the cell's) or the command
-takes 2 s or more.
+The members' lineages are written once with plan_bench.py's builder (docs/lineage-
+contract.md's formats, pygit2, a fixed instrument) at the set's default places, each with
+its probe records on ``probes/<lineage branch>`` in the layout ``reconciler.state.probes``
+reads (two commits per lineage: every record but the newest generation's, then that one,
+as after an apply's back-fill and its newest generation; the newest commit's objects are
+what a reader checks whole), cached under the temp folder's ouro-bench/. The probe's value
+is the replica's index plus 10 x the cell's (the cells differ by construction). Measured
+as fresh processes (imports included, scipy too: what a user waits for), best of N: `ouro
+compare SET.yaml --metric probe.score.value --json` at the last generation, and the same
+in text. Also, in this process: reading the rows (``engine.compare_rows.lineage_rows``)
+and the statistics (``report.statistics.compare_at``) apart. Exits 1 if a result is wrong
+(each cell's n is its replica count; the means are the replicas' mean index plus 10 x the
+cell's) or the command takes 2 s or more.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -40,7 +42,8 @@ import pygit2  # noqa: E402
 
 from reconciler.spec.load import load_specs  # noqa: E402
 
-FORMAT = 1  # bump when the layout changes
+FORMAT = 1  # bump when the lineages' layout changes
+RECORDS = 2  # bump when the probe records' layout changes (rewritten alone)
 TARGET_SECONDS = 2.0
 METRIC = "probe.score.value"
 
@@ -59,7 +62,8 @@ def _blob(repo: pygit2.Repository, value: object) -> pygit2.Oid:
 
 
 def write_records(args: tuple[Path, str, str, dict[str, object], float]) -> None:
-    """One lineage's probe records, generation 0 to G, in one commit on its probe branch."""
+    """One lineage's probe records, generation 0 to G, in two commits on its probe branch
+    (the last generation's alone in the second); the branch is set afresh."""
     state, name, digest, probe, offset = args
     from reconciler.kernel.base.config import LineagePaths
     from reconciler.state import probes as stored
@@ -72,21 +76,26 @@ def write_records(args: tuple[Path, str, str, dict[str, object], float]) -> None
     repo = pygit2.Repository(str(paths.observations))
     generations = repo.TreeBuilder()
     blob = pygit2.enums.FileMode.BLOB
+    signature = pygit2.Signature("ouro", "ouro@invalid", 1_700_000_000, 0)
+    parents: list[pygit2.Oid] = []
     for number, commit in enumerate(commits):
         generations.insert(stored.record_name(number), _blob(repo, {
             "probe": "score", "digest": digest, "generation": number, "commit": commit,
             "metrics": {"value": offset + number / 100}, "failure": None, "exit": 0,
             "wall_ms": 5, "cpu_ms": 1, "peak_memory_bytes": 1 << 20, "stderr_tail": ""}),
             blob)
-    folder = repo.TreeBuilder()
-    folder.insert(stored.PROBE_FILE, _blob(repo, probe), blob)
-    folder.insert(stored.GENERATIONS, generations.write(), pygit2.enums.FileMode.TREE)
-    top = repo.TreeBuilder()
-    top.insert(digest, folder.write(), pygit2.enums.FileMode.TREE)
-    signature = pygit2.Signature("ouro", "ouro@invalid", 1_700_000_000, 0)
-    repo.create_commit(f"refs/heads/{stored.probe_branch(paths.branch)}", signature,
-                       signature, f"probe score {digest[:12]}: gen {len(commits) - 1}\n",
-                       top.write(), [])
+        if number < len(commits) - 2:
+            continue
+        folder = repo.TreeBuilder()
+        folder.insert(stored.PROBE_FILE, _blob(repo, probe), blob)
+        folder.insert(stored.GENERATIONS, generations.write(), pygit2.enums.FileMode.TREE)
+        top = repo.TreeBuilder()
+        top.insert(digest, folder.write(), pygit2.enums.FileMode.TREE)
+        parents = [repo.create_commit(None, signature, signature,
+                                      f"probe score {digest[:12]}: gen {number}\n",
+                                      top.write(), parents)]
+    repo.references.create(f"refs/heads/{stored.probe_branch(paths.branch)}", parents[0],
+                           force=True)
 
 
 def build(cells: int, replicas: int, generations: int) -> Path:
@@ -94,6 +103,8 @@ def build(cells: int, replicas: int, generations: int) -> Path:
     root = (Path(tempfile.gettempdir()) / "ouro-bench"
             / f"compare-v{FORMAT}-C{cells}-R{replicas}-G{generations}")
     if (root / ".complete").exists():
+        if not (root / f".records-v{RECORDS}").exists():
+            _records(root, load_specs([root / "set.yaml"], state_dir=root / "lineages"))
         return root
     if root.exists():
         shutil.rmtree(root)
@@ -103,18 +114,24 @@ def build(cells: int, replicas: int, generations: int) -> Path:
     members = load_specs([root / "set.yaml"], state_dir=state)
     started = time.perf_counter()
     jobs = [(state, spec.name, generations, 0, "loose") for spec in members]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(plan_bench.build_lineage, jobs, chunksize=16))
+    _records(root, members)
+    (root / ".complete").write_text(f"{time.perf_counter() - started:.1f}s\n")
+    return root
+
+
+def _records(root: Path, members: list[Any]) -> None:
+    """Every member's probe records (``write_records``), in parallel."""
     probe = members[0].probes[0]
     records = []
     for spec in members:
-        assert spec.member is not None
         cell = spec.spec.spec.executor.slurm.cpus  # 1..C
-        records.append((state, spec.name, probe.digest, probe.describe(),
+        records.append((root / "lineages", spec.name, probe.digest, probe.describe(),
                         10.0 * cell + spec.member.replica))
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(plan_bench.build_lineage, jobs, chunksize=16))
         list(pool.map(write_records, records, chunksize=16))
-    (root / ".complete").write_text(f"{time.perf_counter() - started:.1f}s\n")
-    return root
+    (root / f".records-v{RECORDS}").write_text("done\n")
 
 
 def run(root: Path, *extra: str) -> tuple[float, int, str, float]:

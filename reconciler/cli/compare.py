@@ -102,7 +102,7 @@ def compare_command(
     if plot is not None and format_of(plot) is None:
         raise typer.BadParameter(f"{plot} : the figure's format is its suffix, one of "
                                  f"{', '.join(FORMATS)}", param_hint="--plot")
-    found = lineage_rows(paths, select, state_dir)
+    found = lineage_rows(paths, select, state_dir, None if metric is None else {metric})
     if not found:
         raise OuroError("ouro compare: no lineage is chosen (check the specs and -l)")
     chosen = _metric(metric, found, "ouro compare")
@@ -134,7 +134,7 @@ def best_command(
     from reconciler.engine.compare_rows import lineage_rows
     from reconciler.report.compare import best_json, best_text, check_metric, ranked
 
-    found = lineage_rows(paths, select, state_dir, command="ouro best")
+    found = lineage_rows(paths, select, state_dir, {by}, command="ouro best")
     check_metric(by, found, "ouro best")
     specs = {item.name: str(item.spec_file) for item in found if item.spec_file is not None}
     top = ranked(found, by, count, lowest, specs)
