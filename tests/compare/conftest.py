@@ -2,7 +2,7 @@
 
 Each cell's replay folder answers every generation with the seed organism grown by a
 known amount (``STEPS`` bytes a generation), after a form that writes a random
-``noise.txt`` (under 40 bytes) and a binary ``blob.bin``: the organism's size is known
+``noise.txt`` (under 400 bytes) and a binary ``blob.bin``: the organism's size is known
 exactly, the size probe's value (organism plus noise) varies between replicas. The set
 is applied with 2 generations, then raised to 3 with one member of the small cell left
 out: it stopped at generation 2.
@@ -21,7 +21,7 @@ from tests.apply.helpers import REPO_ROOT, run_ouro
 
 SEED = (REPO_ROOT / "reconciler/kernel/transaction/organism.el").read_bytes()
 NOISE = (b'(random t)\n'
-         b'(with-temp-file "/work/noise.txt" (insert (make-string (random 40) ?x)))\n'
+         b'(with-temp-file "/work/noise.txt" (insert (make-string (random 400) ?x)))\n'
          b"(let ((coding-system-for-write 'binary))\n"
          b'  (with-temp-file "/work/blob.bin" (set-buffer-multibyte nil)\n'
          b'    (insert (unibyte-string 0 200 255 13 10 0 1 127))))\n')

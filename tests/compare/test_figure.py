@@ -1,5 +1,6 @@
 """`ouro compare --plot`: an SVG a browser renders and a PDF pdftoppm renders, one CI band
-per cell (the SVG's groups ``ci-band-<j>``; in the PDF's raster, each cell's band colour)."""
+per cell (the SVG's groups ``ci-band-<j>``; in the PDF's raster, each cell's band colour
+over an area no line's edge makes: the noise is up to 400 bytes, the bands are wide)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup, pytest.mark.slow]
 BANDS = {"C0": (210 / 255, 228 / 255, 240 / 255), "C1": (1.0, 229 / 255, 207 / 255)}
 
 
-def plot(grown: Grown, name: str) -> Path:
+def plot(grown: Grown, name: str, *extra: str) -> Path:
     target = grown.state.parent / name
     result = run_ouro("compare", str(grown.spec), "--metric", "probe.size.bytes", "--plot",
-                      str(target), env=grown.env)
+                      str(target), *extra, env=grown.env)
     assert result.returncode == 0, result.stderr
     assert f"figure: {target}" in result.stdout
     return target
@@ -56,7 +57,6 @@ def test_the_svg_renders_in_a_browser_with_one_band_per_cell(grown: Grown,
     finally:
         driver.quit()
     assert (root.lower(), bands, means) == ("svg", 2, 2)
-    assert all(count > 50 for count in band_pixels(imread(shot)).values())
     assert plot(grown, "again.svg").read_bytes() == svg.read_bytes()  # no date in it
 
 
@@ -65,10 +65,10 @@ def test_the_pdf_renders_with_pdftoppm_with_one_band_per_cell(grown: Grown,
     require(shutil.which("pdftoppm") is not None, "needs pdftoppm (poppler-utils)")
     pdf = plot(grown, "out.pdf")
     assert pdf.read_bytes().startswith(b"%PDF-")
-    subprocess.run(["pdftoppm", "-png", "-r", "150", "-singlefile", str(pdf),
+    subprocess.run(["pdftoppm", "-png", "-r", "100", "-singlefile", str(pdf),
                     str(tmp_path / "page")], check=True, capture_output=True)
     counts = band_pixels(imread(tmp_path / "page.png"))
-    assert all(count > 20 for count in counts.values()), counts
+    assert all(count > 1000 for count in counts.values()), counts
 
 
 def test_a_figure_format_is_its_suffix(grown: Grown) -> None:
