@@ -136,7 +136,8 @@ def test_every_readme_command_works_verbatim(tmp_path: Path) -> None:
                 ran.append(command)
     assert any(c.startswith(".venv/bin/ouro apply") for c in ran)
     assert "ouro apply --yes mine/" in ran and "ouro view specs/" in ran
-    assert (work / "generations.csv").read_text().count("\n") == 1 + 5 + 3
+    # the header, then each lineage's row 0 (its seed) and its generations
+    assert (work / "generations.csv").read_text().count("\n") == 1 + (1 + 5) + (1 + 3)
 
 
 def test_the_readme_is_a_users_page() -> None:
