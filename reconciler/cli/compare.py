@@ -135,7 +135,7 @@ def best_command(
     from reconciler.report.compare import best_json, best_text, check_metric, ranked
 
     found = lineage_rows(paths, select, state_dir, {by}, command="ouro best")
-    check_metric(by, found, "ouro best")
+    check_metric(by, found, "ouro best", "--by")
     specs = {item.name: str(item.spec_file) for item in found if item.spec_file is not None}
     top = ranked(found, by, count, lowest, specs)
     sys.stdout.write(best_json(top, by, lowest) if as_json else best_text(top, by, lowest))

@@ -67,16 +67,24 @@ def metric_columns(found: Sequence[LineageRows]) -> list[str]:
     return [*COLUMNS, *probes]
 
 
-def check_metric(metric: str, found: Sequence[LineageRows], command: str) -> None:
-    known = metric_columns(found)
-    if metric not in known:
-        probes = [name for name in known if name.startswith("probe.")]
+def check_metric(metric: str, found: Sequence[LineageRows], command: str,
+                 flag: str = "--metric") -> None:
+    """A metric no lineage has is an error naming the columns there are (the rows may
+    hold only the metric asked for: a probe column none of them has is named as such)."""
+    if metric in COLUMNS:
+        return
+    if not metric.startswith("probe."):
         raise OuroError(
-            f"{command}: --metric {metric!r} is no column of these lineages' per-generation "
-            "table (`ouro export`); a probe's is probe.NAME.METRIC"
-            + (f" (these have: {', '.join(probes)})" if probes else
-               " (none of these lineages has a probe record)")
-            + "; or one of organism_bytes, spend_usd, tokens_in, cpu_seconds, ...")
+            f"{command}: {flag} {metric!r} is no column of the per-generation table "
+            "(`ouro export`): a probe's is probe.NAME.METRIC, else one of "
+            + ", ".join(COLUMNS))
+    probes = [name for name in metric_columns(found) if name.startswith("probe.")]
+    if metric not in probes:
+        raise OuroError(
+            f"{command}: {flag} {metric!r}: no generation of these lineages has that "
+            "measurement; check the probe's name and metric (`ouro export NAME` shows its "
+            "probe.NAME.METRIC columns)"
+            + (f"; these have: {', '.join(probes)}" if probes else ""))
 
 
 def members_of(found: Sequence[LineageRows], metric: str,

@@ -45,6 +45,8 @@ def file_at(paths: LineagePaths, commit: str, path: str, where: str) -> bytes:
         if not isinstance(blob, pygit2.Blob):
             raise StateError(f"{where}: {path!r} does not read as a file; run `ouro verify`")
         return bytes(blob.data)
+    except StateError:
+        raise
     except READ_ERRORS as error:
         raise StateError(f"{where}: {path!r} does not read ({error}); run `ouro verify`") \
             from error

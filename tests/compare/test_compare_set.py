@@ -118,7 +118,8 @@ def test_cat_names_what_is_missing(grown: Grown) -> None:
     result = run_ouro("cat", name, "9", env=grown.env)
     assert result.returncode == 1 and "has no generation 9" in result.stderr
     result = run_ouro("cat", name, "1", "nothing.here", env=grown.env)
-    assert result.returncode == 1 and "no file 'nothing.here'" in result.stderr
+    assert result.returncode == 1 and "no file 'nothing.here' in its tree" in result.stderr
+    assert "does not read" not in result.stderr
 
 
 def test_best_names_the_two_best_pairs(grown: Grown) -> None:
@@ -132,3 +133,15 @@ def test_best_names_the_two_best_pairs(grown: Grown) -> None:
     assert [(item["value"], item["lineage"], item["generation"]) for item in found] == [
         (float(value), name, generation) for value, name, generation in every[:2]]
     assert found[0]["command"].startswith(f"ouro cat {found[0]['lineage']} 3 --specs ")
+
+
+@pytest.mark.parametrize(("args", "message", "code"), [
+    (("--metric", "nope"), "is no column of the per-generation table", 1),
+    (("--metric", "probe.size.nope"), "no generation of these lineages has that", 1),
+    (("--at", "soon"), "is neither a generation number nor 'last'", 2),
+], ids=["column", "probe-metric", "at"])
+def test_a_bad_question_is_a_clear_error(grown: Grown, args: tuple[str, ...], message: str,
+                                         code: int) -> None:
+    result = run_ouro("compare", str(grown.spec), *args, env=grown.env)
+    assert result.returncode == code and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
