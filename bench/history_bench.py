@@ -124,11 +124,13 @@ def status_now(root: Path, cache: Path) -> int:
 
 
 def log_now(paths: Any, cache: Path) -> int:
-    from reconciler.report.history import log_text
+    from reconciler.report.log import log_text
     from reconciler.state.summaries import summarize
+    from reconciler.state.table import GenerationTable, lineage_table
 
     summary = summarize(paths, cache)
-    io.StringIO().write(log_text([(summary, summary.rows)]))
+    table = GenerationTable((lineage_table(summary.name, paths, summary),))
+    io.StringIO().write(log_text(table))
     return summary.generations
 
 

@@ -4,6 +4,7 @@
     ├── SpecError               one or more problems in spec files (each FILE:LINE:COL)
     ├── InstrumentError         this ouro cannot tell which instrument it is
     ├── StateError              a lineage's repositories cannot be read as a lineage
+    │   └── Unreproducible      a record that cannot be run again (a reason code and why)
     ├── PlanFileError           a saved plan is unreadable or stale
     ├── LockError               another apply holds a lineage
     ├── KernelStoreError        the kernel store cannot be read or written, or an entry is damaged
@@ -59,6 +60,15 @@ class StateError(OuroError):
     """A lineage's places could not be read."""
 
 
+class Unreproducible(StateError):
+    """A lineage is reproduced only from a record that holds everything it received, under
+    a kernel ouro can run again (``reason``: the refusal's code, docs/reproduce.md)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class PlanFileError(OuroError):
     """A saved plan is applied only while every head it saw is still where it was."""
 
@@ -93,6 +103,20 @@ _HOST_REMEDIES = {
     errno.EPIPE: ("the reader of the output went away (closed pipe)", "keep the reader "
                   "open until ouro ends (e.g. not `| head`), or write to a file"),
 }
+
+
+_FULL_WORDS = {"no space left on device": errno.ENOSPC, "disk quota exceeded": errno.EDQUOT}
+
+
+def with_host_remedy(message: str) -> str:
+    """``message`` (a kernel's or libgit2's, reported as is) that names a full disk or an
+    exhausted quota without a remedy, with the remedy (``_HOST_REMEDIES``); any other
+    message unchanged. Every full-disk message ouro shows names what to do."""
+    lowered = message.lower()
+    found = next((code for words, code in _FULL_WORDS.items() if words in lowered), None)
+    if found is None or "free space" in lowered:
+        return message
+    return f"{message.rstrip()}: {_HOST_REMEDIES[found][1]}"
 
 
 def host_fault(error: BaseException, doing: str = "writing its output") -> HostFault | None:

@@ -11,6 +11,17 @@ through here, and this is the one home of an atomic write:
   FIFO, a folder, a link) is refused, never replaced;
 - a lock or a record ouro reopens is opened with ``O_NOFOLLOW`` and must be a regular
   file (``open_regular``);
+- every cache and record ouro reads back (summaries, observed caches, audit records,
+  stop, lock-holder and controller-status records, the kernel store's entries and ref
+  files) is read by ``read_regular``: opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO
+  never blocks), ``fstat``'d after the open, and read only when it is a regular file no
+  larger than the caller's documented bound; anything else (a link, ``/dev/zero``, a FIFO,
+  a folder, a 4 GiB sparse file) is treated as absent — a cache is rebuilt, a record is
+  not believed — never read and never an error. With ``own_folder`` the file's folder (a
+  cache folder of ouro's own) must not be a link either;
+- a cache folder of ouro's own that is a link is replaced by a private folder
+  (``private_folder(..., replace_link=True)``), the link's target untouched, and a cache is
+  written with ``write_atomic(..., own_folder=True)``: never through a linked folder;
 - the folders ouro keeps for itself (the state dir, its caches, the kernel store, Slurm
   job folders) are made 0700 whatever the umask, and one of them that its group or
   others can write, or that another user owns, is refused naming its mode and the fix,
@@ -31,7 +42,8 @@ from pathlib import Path
 
 from reconciler.errors import PathRefused
 
-__all__ = ["check_private", "kind_of", "open_regular", "private_folder", "write_atomic"]
+__all__ = ["check_private", "kind_of", "open_regular", "private_folder", "read_regular",
+           "write_atomic"]
 
 PRIVATE_MODE = 0o700
 _SHARED_BITS = stat.S_IWGRP | stat.S_IWOTH
@@ -52,13 +64,14 @@ def _trusted_owner(uid: int) -> bool:
     return uid in (os.geteuid(), 0)  # as ssh: the user's own, or root's
 
 
-def check_private(path: Path, what: str) -> None:
+def check_private(path: Path, what: str, *, own: bool = False) -> None:
     """Refuse ``path`` (a folder ouro keeps for itself) if others can write it or another
     user owns it. Nothing to check if it does not exist (yet) or is not a folder (whoever
     opens it as one fails). A link to a folder is followed (a state dir may be one the
-    user made): the folder it names is checked."""
+    user made): the folder it names is checked; with ``own`` (a cache folder, never a
+    link) a link is not followed: nothing is read or written through it."""
     try:
-        info = os.stat(path)
+        info = os.stat(path, follow_symlinks=not own)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as error:
@@ -83,10 +96,16 @@ def check_private(path: Path, what: str) -> None:
             "refuses one that others can write)")
 
 
-def private_folder(path: Path, what: str) -> Path:
+def private_folder(path: Path, what: str, *, replace_link: bool = False) -> Path:
     """``path``, made (with its missing parents) 0700 whatever the umask if missing, and
-    checked (``check_private``). OSError if it cannot be made."""
+    checked (``check_private``). OSError if it cannot be made.
+
+    ``replace_link``: ``path`` is a folder of ouro's own (a cache folder); a link there is
+    removed (its target untouched) and a private folder made in its place."""
     path = Path(os.path.abspath(path))
+    if replace_link and os.path.islink(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     missing: list[Path] = []
     current = path
     while not os.path.lexists(current) and current != current.parent:
@@ -122,6 +141,55 @@ def open_regular(path: Path, flags: int, mode: int = 0o600, *, what: str) -> int
     return fd
 
 
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR})
+
+
+def read_regular(path: Path | str, limit: int, *, head: int | None = None,
+                 own_folder: bool = False) -> bytes | None:
+    """The bytes of the regular file at ``path`` (see the module's rule), or None when it is
+    absent, a link, not a regular file, or larger than ``limit`` bytes.
+
+    ``head``: only its first ``head`` bytes are read (a header line), the size still
+    bounded by ``limit``. ``own_folder``: a link in place of the file's folder counts as
+    absent too. Any other OSError (a permission refused) is raised.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    nofollow = os.O_NOFOLLOW if own_folder else 0
+    try:
+        parent = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | nofollow)
+    except OSError as error:
+        if error.errno in _ABSENT:
+            return None
+        raise
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=parent)
+    except OSError as error:
+        if error.errno in _ABSENT:
+            return None
+        raise
+    finally:
+        os.close(parent)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        want = min(limit, head) if head is not None else limit
+        chunks: list[bytes] = []
+        size = 0
+        while size <= want:  # read to the end, never past the bound (a file that grew)
+            chunk = os.read(fd, min(1 << 20, want + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if head is None and size > limit:
+            return None
+        return b"".join(chunks)[:want]
+    finally:
+        os.close(fd)
+
+
 def _refuse_unless_regular(parent: int, name: str, target: Path, what: str) -> None:
     try:
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -133,16 +201,19 @@ def _refuse_unless_regular(parent: int, name: str, target: Path, what: str) -> N
 
 
 def write_atomic(target: Path, data: bytes, *, what: str, mode: int = 0o600,
-                 follow: bool = False, sync: bool = False) -> None:
+                 follow: bool = False, sync: bool = False, own_folder: bool = False) -> None:
     """Write ``data`` to ``target`` whole or not at all (see the module's rule).
 
     ``follow``: ``target`` is a path a user named (``-o``): links in it are resolved
     first, and the file they lead to must be a regular file or absent. Otherwise the
-    last component is never followed. ``mode`` is subject to the umask. Raises
-    ``PathRefused`` for a target that is not a regular file, OSError otherwise.
+    last component is never followed. ``own_folder``: the target's folder is one of
+    ouro's own (a cache folder) and is never a link (ELOOP if it is). ``mode`` is
+    subject to the umask. Raises ``PathRefused`` for a target that is not a regular
+    file, OSError otherwise.
     """
     target = Path(os.path.realpath(target) if follow else os.path.abspath(target))
-    parent = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    parent = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                     | (os.O_NOFOLLOW if own_folder else 0))
     try:
         _refuse_unless_regular(parent, target.name, target, what)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

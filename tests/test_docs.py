@@ -1,4 +1,5 @@
-"""The docs say what the code does: every OURO_* variable in the README, the unit
+"""The docs say what the code does: every OURO_* variable in docs/commands.md's table
+(which README links to), the unit
 table of docs/spec.md equal to the parsers' units, echo described as it behaves."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from reconciler.spec import units
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SPEC_DOC = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
+COMMANDS_DOC = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
 # The variables ouro reads: every quoted "OURO_..." string (a constant named OURO_... is not).
 _QUOTED = re.compile(r"""["'](OURO_[A-Z][A-Z_]*[A-Z])["']""")
 VARIABLES = sorted({name for path in [*ROOT.glob("reconciler/**/*.py"), *ROOT.glob("bench/*.py")]
@@ -25,8 +27,13 @@ def test_the_code_reads_some_variables() -> None:
 
 
 @pytest.mark.parametrize("name", VARIABLES)
-def test_every_environment_variable_is_in_the_readme(name: str) -> None:
-    assert f"`{name}`" in README, f"{name} is read by ouro but README.md does not name it"
+def test_every_environment_variable_is_documented(name: str) -> None:
+    """In docs/commands.md's table of variables, one a row (README, a user's page, links
+    there rather than repeating it)."""
+    rows = re.findall(r"^\| (`OURO_[^|]*)\|", COMMANDS_DOC, re.M)
+    assert any(f"`{name}`" in row for row in rows), (
+        f"{name} is read by ouro but docs/commands.md's variables table has no row for it")
+    assert "$OURO_STATE_DIR" in README and "(docs/commands.md)" in README
 
 
 def _unit_row(kind: str) -> str:

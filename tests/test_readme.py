@@ -1,5 +1,8 @@
 """Every command the README shows works verbatim: each `sh` block, in order, in a copy of
-the checkout's specs with a state dir of its own, offline.
+the checkout's specs with a state dir of its own, offline; then each command its prose
+shows in `code` (an `ouro …`, `. …` or `apt-get …` span), in order. A prose span with a
+placeholder (an upper-case word: `ouro controller --repo REPO`) is a form, not a
+command: its command and options must exist (its `-h` names every option it uses).
 
 Install steps cannot run offline and are checked instead of run: `apt-get` installs
 only packages `.ci/run` installs, `pip install` uses the constraints and an extra
@@ -45,6 +48,22 @@ def commands(body: str) -> list[str]:
     return found
 
 
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b")
+
+
+def prose_commands() -> list[str]:
+    """The commands the README's prose shows in `code`, in order (tables are forms)."""
+    found = []
+    for line in _FENCE.sub("", README).splitlines():
+        if line.startswith("|"):
+            continue
+        for span in re.findall(r"`([^`]+)`", line):
+            if span.startswith(("ouro ", ". ", "apt-get ")) and "/" not in span.split()[0]:
+                found.append(span)
+    return found
+
+
 def _apt_packages() -> set[str]:
     listed = re.search(r"APT_PACKAGES=\(([^)]*)\)", (ROOT / ".ci" / "run").read_text())
     assert listed, ".ci/run has one APT_PACKAGES list"
@@ -62,8 +81,17 @@ def checked_not_run(command: str) -> bool:
     if words[:3] == ["python3", "-m", "venv"]:
         assert words[3:] == [".venv"], command
         return True
+    if words[:4] == [".venv/bin/python", "-m", "pip", "wheel"]:
+        # the build itself is tests/install/test_publish.py's (and the wheel's install
+        # and first apply, tests/install/test_install.py's)
+        assert words[4:] == ["-q", "--no-deps", "-w", "dist", "."], command
+        return True
     if words[:4] == [".venv/bin/python", "-m", "pip", "install"]:
-        assert words[4:7] == ["-q", "-c", "constraints.txt"] and words[7] == "-e", command
+        assert words[4:7] == ["-q", "-c", "constraints.txt"], command
+        if words[7] != "-e":  # the wheel the README's `pip wheel` builds, by its name
+            version = PYPROJECT["project"]["version"]
+            assert words[7:] == [f"dist/ouro_lineages-{version}-py3-none-any.whl"], command
+            return True
         extras = re.fullmatch(r"\.(?:\[(\w+)\])?", words[8])
         assert extras, command
         assert extras[1] is None or extras[1] in PYPROJECT["project"]["optional-dependencies"]
@@ -84,13 +112,24 @@ def _view(command: str, cwd: Path, env: dict[str, str]) -> None:
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        found = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+        found = re.search(r"(http://127\.\d+\.\d+\.\d+:\d+)/\?token=(\S+)", line)
         assert found, f"{command}: printed {line!r}"
         page = httpx.get(f"{found[1]}/?token={found[2]}", timeout=30)
         assert page.status_code == 200 and "scribe" in page.text
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def check_form(command: str, cwd: Path, env: dict[str, str]) -> None:
+    """A command with placeholders: its command exists, and its -h names its options."""
+    words = command.split()
+    command_words = [w for w in words[:3] if re.fullmatch(r"[a-z]+", w)]
+    shown = subprocess.run(["bash", "-c", " ".join([*command_words, "-h"])], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0, f"README form {command!r}: {shown.stderr}"
+    for option in (w for w in words if w.startswith("--")):
+        assert option in shown.stdout, f"README form {command!r}: no {option} in its -h"
 
 
 def run(command: str, cwd: Path, env: dict[str, str]) -> None:
@@ -134,16 +173,38 @@ def test_every_readme_command_works_verbatim(tmp_path: Path) -> None:
             if not checked_not_run(command):
                 run(command, work, env)
                 ran.append(command)
+    for command in prose_commands():
+        if _PLACEHOLDER.search(command):
+            check_form(command, work, env)
+        elif not checked_not_run(command):
+            run(command, work, env)
+            ran.append(command)
     assert any(c.startswith(".venv/bin/ouro apply") for c in ran)
     assert "ouro apply --yes mine/" in ran and "ouro view specs/" in ran
     # the header, then each lineage's row 0 (its seed) and its generations
     assert (work / "generations.csv").read_text().count("\n") == 1 + (1 + 5) + (1 + 3)
+    # the experiments: a set, probes, a fork (run from the prose), the reading commands
+    for command in ("ouro apply --yes examples/sweep.yaml", "ouro status -l ouro/set=sweep",
+                    "ouro apply --yes examples/probes.yaml", "ouro log probed",
+                    "ouro apply --yes mine/branch.yaml", "ouro log branch", "ouro status scribe",
+                    "ouro verify --full", ". .venv/bin/activate"):
+        assert command in ran, command
+    assert (work / "sweep.csv").read_text().count("\n") == 1 + 4 * 3  # 4 members, row 0 + 2 gens
+    assert (tmp_path / "state" / "branch.git").is_dir()
+
+
+def test_the_prose_commands_are_found() -> None:
+    found = prose_commands()
+    assert "ouro apply --yes mine/branch.yaml" in found and "ouro verify --full" in found
+    assert "ouro controller --repo REPO" in found  # a form: checked, not run
+    assert not [c for c in found if c.startswith(("ouro-", "ouro/"))]
 
 
 def test_the_readme_is_a_users_page() -> None:
-    """About 200 lines; the kernel's, the layers' and the benchmarks' details live in docs/."""
+    """At most 240 lines; the kernel's, the layers' and the benchmarks' details live in
+    docs/."""
     lines = README.count("\n")
-    assert lines <= 250, f"README.md has {lines} lines: move details to docs/"
+    assert lines <= 240, f"README.md has {lines} lines: move details to docs/"
     prose = re.sub(r"OURO_[A-Z_]+", "", README).lower()  # the variables' names may say it
     for word in ("instrument", "fingerprint", "ouroboros"):
         assert word not in prose, f"README says {word!r}: explain it in docs/"

@@ -40,6 +40,7 @@ from reconciler.cli import (
     history,
     kernel,
     plan,
+    reproduce,
     schema,
     status,
     validate,
@@ -132,7 +133,7 @@ def _register(target: typer.Typer) -> None:
 
 
 for _module in (validate, schema, plan, status, apply, controller, verify, doctor, history, view,
-                kernel, compare):
+                kernel, compare, reproduce):
     _module.register(app)
 _register(app)
 _VERSION_OPTIONS = ("--version", "-V")

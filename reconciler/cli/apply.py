@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reconciler.cli.options import Json, Select, StateDir, one_of
+from reconciler.cli.options import Json, MaxSetMembers, Select, StateDir, one_of
 from reconciler.errors import ApplyError, OuroError
 
 if TYPE_CHECKING:  # the engine is imported inside the command: start-up stays light
@@ -125,17 +125,20 @@ def apply_command(
             "--lock-timeout", min=0, help="seconds to wait for a lineage held by another apply"
         ),
     ] = 60.0,
-    no_probe: Annotated[
+    no_provider_check: Annotated[
         bool,
         typer.Option(
-            "--no-probe",
-            help="skip the free authenticated request to each provider before its first "
-            "generation (for a server that dislikes it)",
+            "--no-provider-check",
+            help="skip the provider check: the free authenticated request to each provider "
+            "before its first generation (for a server that dislikes it)",
         ),
     ] = False,
+    no_probe: Annotated[  # the old name of --no-provider-check (spec probes are not it)
+        bool, typer.Option("--no-probe", hidden=True)] = False,
     as_json: Json = False,
     state_dir: StateDir = None,
     executor: ExecutorOption = "local",
+    max_set_members: MaxSetMembers = None,
 ) -> None:
     """Reconcile: run the missing generations until every lineage matches its spec."""
     from reconciler.engine.session import ApplyRequest
@@ -153,7 +156,7 @@ def apply_command(
         max_generations=max_generations,
         lock_timeout=lock_timeout,
         executor=executor,
-        probe=not no_probe,
+        probe=not (no_provider_check or no_probe),
     )
     if as_json:
         reporter: PlainReporter = SilentReporter()
@@ -162,6 +165,8 @@ def apply_command(
     else:
         reporter = PlainReporter()
     outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
+    while outcome.exit_code == 0 and outcome.selected and _selected(request):  # next epoch
+        outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
@@ -182,6 +187,21 @@ def _applied(request: ApplyRequest, ui: _Terminal, reporter: PlainReporter, *,
         if as_json:
             sys.stdout.write(refusal_json(str(error)))
         raise
+
+
+def _selected(request: ApplyRequest) -> bool:
+    """Record each selected set's decision at the end of its epoch (docs/selection.md);
+    True when one was recorded: apply again to run the new epoch."""
+    from reconciler.engine.fleet import Fleet
+    from reconciler.engine.selection import advance
+
+    paths = request.paths
+    if len(paths) == 1 and paths[0].is_file() and paths[0].suffix == ".json":
+        return False  # a saved plan applies that plan, no further epoch
+    if request.max_generations is not None or request.deadline_seconds is not None:
+        return False  # the limits are the command's: the next apply decides
+    return advance(Fleet(request.state_dir, command="ouro apply"), request.paths,
+                   request.select)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from reconciler.cli.apply import ExecutorOption, _money
-from reconciler.cli.options import StateDir
+from reconciler.cli.options import MaxSetMembers, StateDir
 from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
@@ -124,11 +124,12 @@ def controller_command(
     settings_file: Annotated[Path | None, typer.Option(
         "--settings", help="a YAML file of these options, re-read on SIGHUP")] = None,
     state_dir: StateDir = None,
+    max_set_members: MaxSetMembers = None,
 ) -> None:
     """Reconcile a spec repository's branch continuously: apply each new good commit, keep
     lineages growing, report conditions and notify transitions (docs/controller.md)."""
     from reconciler.engine.controller.loop import Controller
-    from reconciler.report.progress import PlainReporter
+    from reconciler.report.progress import CONTROLLER_STATUS, PlainReporter
 
     _ = ExecutorOption  # the same choices as apply's --executor
     given = {"repo": repo, "branch": branch, "path": path, "interval": interval,
@@ -146,7 +147,8 @@ def controller_command(
         except typer.BadParameter as error:
             raise OuroError(f"ouro controller: --settings {settings_file}: {error}") from error
 
-    controller = Controller(settings, PlainReporter(sys.stderr), say, reload)
+    controller = Controller(settings, PlainReporter(sys.stderr, told=CONTROLLER_STATUS), say,
+                            reload)
     raise SystemExit(controller.run())
 
 

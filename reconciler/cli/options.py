@@ -19,6 +19,23 @@ StateDir = Annotated[
     typer.Option("--state-dir", help="default folder of lineages (else OURO_STATE_DIR, "
                  "else the XDG data home's ouro/lineages)"),
 ]
+
+
+def _allow_members(value: int | None) -> int | None:
+    """``--max-set-members``: the loader's bound on one set, for this process."""
+    if value is not None:
+        from reconciler.spec.set_members import allow_members
+
+        allow_members(value)
+    return value
+
+
+MaxSetMembers = Annotated[
+    int | None,
+    typer.Option("--max-set-members", min=1, callback=_allow_members,
+                 help="the most members one LineageSet may have (matrix cells x replicas) "
+                 "[default: 10000]"),
+]
 Json = Annotated[bool, typer.Option("--json", help="print a versioned JSON document on stdout")]
 
 

@@ -1,13 +1,14 @@
 """CLI: `ouro status`: what each lineage is now, and where it lives. Reads only.
 
-With specs: their lineages. Without: every lineage found in the state dir
-(``--state-dir``, else the default), like ``terraform state list``.
+Its arguments are spec files or folders and lineage or set names, told apart and
+resolved as every reading command's are (``reconciler.engine.chosen``). Without any:
+every lineage found in the state dir (``--state-dir``, else the default), like
+``terraform state list``.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,10 +17,11 @@ from reconciler.cli.options import Json, Select, StateDir
 
 
 def status_command(
-    paths: Annotated[
-        list[Path] | None,
-        typer.Argument(help="spec files or folders (every *.yaml / *.yml under them); "
-                       "none: every lineage in the state dir", show_default=False),
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(help="spec files or folders (every *.yaml / *.yml under them), or "
+                       "lineage or set names; none: every lineage in the state dir",
+                       show_default=False, metavar="[PATH|NAME]..."),
     ] = None,
     as_json: Json = False,
     select: Select = None,
@@ -30,7 +32,7 @@ def status_command(
     from reconciler.engine.fleet import Fleet
     from reconciler.report.render import print_status, status_json
 
-    lines, controller = Fleet(state_dir, command="ouro status").status(paths, select)
+    lines, controller = Fleet(state_dir, command="ouro status").status(arguments, select)
     if as_json:
         sys.stdout.write(status_json(lines, controller))
     elif lines or controller is not None:

@@ -6,11 +6,12 @@ import sys
 
 import typer
 
-from reconciler.cli.options import SpecPaths, StateDir
+from reconciler.cli.options import MaxSetMembers, SpecPaths, StateDir
 from reconciler.errors import SpecError
 
 
-def validate(paths: SpecPaths, state_dir: StateDir = None) -> None:
+def validate(paths: SpecPaths, state_dir: StateDir = None,
+             max_set_members: MaxSetMembers = None) -> None:
     """Load and check specs: exit 0 when all are valid, 1 with every problem on stderr."""
     from reconciler.report.escape import terminal
     from reconciler.spec.load import load_specs

@@ -1,22 +1,27 @@
-"""CLI: `ouro verify PATH...`: the full-history audit of every lineage the specs name.
+"""CLI: `ouro verify [PATH|NAME...]`: the full-history audit of every lineage the specs or
+names name (``reconciler.engine.chosen``), else of every lineage in the state dir.
 
-Thin: load specs, run the audit in its supervised child, render, exit
+Thin: resolve the lineages, run the audit in its supervised child, render, exit
 0 consistent / 1 findings or unknown.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
 import typer
 
-from reconciler.cli.options import Json, SpecPaths, StateDir
+from reconciler.cli.options import Json, Select, StateDir
 
 
 def verify_command(
-    paths: SpecPaths,
+    arguments: Annotated[list[str] | None, typer.Argument(
+        help="spec files or folders, or lineage or set names; none: every lineage in the "
+        "state dir", show_default=False, metavar="[PATH|NAME]...")] = None,
     as_json: Json = False,
+    select: Select = None,
     state_dir: StateDir = None,
     timeout: Annotated[
         float | None,
@@ -39,14 +44,32 @@ def verify_command(
     from reconciler.state.fleet import audit_record_dir
 
     fleet = Fleet(state_dir, command="ouro verify")
-    loaded = fleet.load(paths)  # a SpecError is printed by cli.main
-    parents = {spec.fork_parent.name: fleet.where(spec.fork_parent) for spec in loaded
-               if spec.fork_parent is not None}
-    report = verify([(spec.name, fleet.where(spec)) for spec in loaded],
+    chosen = fleet.chosen(arguments or (), select=select)  # a SpecError: printed by cli.main
+    if not chosen:
+        print("ouro verify: no lineages", file=sys.stderr)
+        return
+    parents = {item.spec.fork_parent.name: fleet.where(item.spec.fork_parent)
+               for item in chosen if item.spec is not None and item.spec.fork_parent}
+    if any(item.spec is None for item in chosen):  # a fork without its spec: any parent
+        parents = {**{item.name: item.paths for item in fleet.every_lineage()}, **parents}
+    report = verify([(item.name, item.paths) for item in chosen],
                     timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                     record_dir=audit_record_dir(state_dir), full=full, parents=parents)
-    sys.stdout.write(verify_json(report) if as_json else verify_text(report))
-    raise SystemExit(report.exit_status)
+    findings: list[str] = []
+    loaded = [item.spec for item in chosen if item.spec is not None]
+    if any(spec.member is not None and spec.member.selection is not None for spec in loaded):
+        from reconciler.engine.selection_records import check
+
+        findings = check(loaded, fleet.state_dir)  # the decisions (docs/selection.md)
+    if as_json:
+        text = verify_json(report)
+        if findings:
+            text = json.dumps({**json.loads(text), "selection": findings}, indent=2) + "\n"
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(verify_text(report))
+        sys.stdout.write("".join(f"{line}\n" for line in findings))
+    raise SystemExit(1 if findings else report.exit_status)
 
 
 def register(app: typer.Typer) -> None:

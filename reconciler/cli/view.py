@@ -32,8 +32,9 @@ def _require_libraries() -> None:
 def view_command(
     paths: Annotated[list[Path] | None, typer.Argument(
         help="spec files or folders (else every lineage in the state dir)")] = None,
-    host: Annotated[str, typer.Option("--host", help="address to bind (loopback by default)")]
-    = "127.0.0.1",
+    host: Annotated[str | None, typer.Option(
+        "--host", help="address to bind (default: a random address of 127.0.0.0/8, so that "
+        "the viewer's cookie reaches no other local server)", show_default=False)] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="port (0: any free one)")] = 0,
     state_dir: StateDir = None,

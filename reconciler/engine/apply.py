@@ -27,8 +27,9 @@ from reconciler.engine import kernel_store_writer
 from reconciler.engine.events import EventLog
 from reconciler.engine.fleet import Fleet
 from reconciler.engine.forks import birth_fork, fork_source, ran_with_fork
-from reconciler.engine.probe import Prober, ProbeResult, probe
-from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault
+from reconciler.engine.provider_check import Prober, ProbeResult, probe
+from reconciler.engine.recorded import source_record
+from reconciler.errors import ApplyError, OuroError, PathRefused, host_fault, with_host_remedy
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import Identity, LineagePaths, ModelConfig
 from reconciler.kernel.base.failures import failed_every_call
@@ -42,6 +43,7 @@ from reconciler.plan.continuation import (
     provider_unavailable,
     replay_exhausted,
 )
+from reconciler.plan.membership import MEMBERSHIP_KEY
 from reconciler.plan.planner import until_of
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.provenance import spec_provenance
@@ -76,6 +78,15 @@ class Limits:
     _granted: int = 0
     _mutex: threading.Lock = field(default_factory=threading.Lock)
     stopped_by: str | None = None
+
+    def why_stopped(self) -> str | None:
+        """Why the apply stopped early, for its summary: the first reason a check found,
+        else ``interrupt`` when interrupted (a second Ctrl-C can end the run before any
+        check sees the first), else None."""
+        with self._mutex:
+            if self.stopped_by is None and (self.stop.is_set() or self.cancel.is_set()):
+                self.stopped_by = "interrupt"
+            return self.stopped_by
 
     def may_continue(self) -> bool:
         """Neither interrupted nor past the deadline."""
@@ -247,10 +258,10 @@ class Engine:
     events: EventLog
     lock_timeout: float
     on_lineage_done: Callable[[LoadedSpec], None] | None = None
-    prober: Prober | None = None  # None: --no-probe
+    prober: Prober | None = None  # None: --no-provider-check
     probe_parallel: int = 1  # measurements at a time (apply's --parallel)
     # After a generation whose every call failed retryably, the provider is probed again
-    # (uncached, even under --no-probe) before the next one starts.
+    # (uncached, even under --no-provider-check) before the next one starts.
     recheck: Callable[[ModelConfig, str | None], ProbeResult] = field(
         default_factory=lambda: probe)
 
@@ -268,8 +279,13 @@ class Engine:
                 and spec.fork.kernel == "parent"):
             source = fork_source(spec, observed)
             metadata = source.metadata if source is not None else None
-        return kernel_store_writer.prepare(self.fleet.store, self.identity, current.kernel,
-                                           metadata)
+        kernel = kernel_store_writer.prepare(self.fleet.store, self.identity, current.kernel,
+                                             metadata)
+        recorded = source_record(spec) if spec is not None else None
+        if recorded is None:
+            return kernel
+        # provider recorded: every observation names the replies it was answered with
+        return dataclasses.replace(kernel, ran_with={**kernel.ran_with, "recorded": recorded})
 
     def _birth(self, spec: LoadedSpec, paths: LineagePaths,
                kernel: kernel_store_writer.LineageKernel) -> None:
@@ -375,10 +391,9 @@ class Engine:
             result.refusal = str(error)
             self.events.emit("refused", lineage=spec.name, reason=error.reason, message=str(error))
         except (OuroError, kernel_errors.KernelError) as error:
-            result.errors.append(str(error))
-            self.events.emit(
-                "error", lineage=spec.name, error=str(error), kind=type(error).__name__
-            )
+            said = with_host_remedy(str(error))  # (a kernel's full disk: its remedy named)
+            result.errors.append(said)
+            self.events.emit("error", lineage=spec.name, error=said, kind=type(error).__name__)
         except Exception as error:  # a bug (or a host fault): this lineage stops, keeping
             message = unexpected(error, spec.name)  # what it ran
             result.errors.append(message)
@@ -417,7 +432,7 @@ class Engine:
                          code=found.code, http_status=found.http_status, message=found.message)
         result.errors.append(
             f"ouro: lineage {spec.name}: {found.message}; nothing was created or run: "
-            f"{found.remedy or 'fix the provider'} (or pass --no-probe)")
+            f"{found.remedy or 'fix the provider'} (or pass --no-provider-check)")
         return True
 
     def _still_down(self, spec: LoadedSpec, done: int, failure: Any,
@@ -490,6 +505,10 @@ class Engine:
         model = spec.model()
         ceilings = spec.ceilings()
         provenance = spec_provenance(spec.file, spec.sha256)
+        # every generation records the set it ran in (``plan.membership``: a member never
+        # takes over a lineage born outside its set)
+        kernel = dataclasses.replace(kernel, ran_with={**kernel.ran_with,
+                                                       MEMBERSHIP_KEY: spec.set_name})
         max_failed = spec.spec.spec.model.max_failed_generations
         # the run of failed generations goes on across applies: one more, then stop again
         streak = failed_streak(paths, done, max_failed) if done else 0

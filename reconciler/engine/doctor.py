@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pygit2
 
-from reconciler.engine.probe import Prober
+from reconciler.engine.provider_check import Prober
 from reconciler.kernel.base import errors as kernel_errors
 from reconciler.kernel.base.config import ENFORCEMENTS, OFFLINE_PROVIDERS, Ceilings, ModelConfig
 

@@ -23,6 +23,7 @@ command pays only for what it asks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from reconciler.state.observe import Observed
     from reconciler.state.status import StatusReport
     from reconciler.state.summaries import LineageSummary
+    from reconciler.state.table import GenerationTable
 
 __all__ = ["Fleet", "StatusLine"]
 
@@ -155,9 +157,31 @@ class Fleet:
 
     def load(self, paths: Sequence[Path]) -> list[LoadedSpec]:
         """Every spec under ``paths`` (``SpecError`` lists every problem)."""
+        from reconciler.engine.epochs import expand
+        from reconciler.spec.fork_parents import state_dir_or_none
         from reconciler.spec.load import load_specs
 
-        return load_specs(paths, state_dir=self.given_state_dir)
+        loaded = load_specs(paths, state_dir=self.given_state_dir)
+        loaded = expand(loaded, state_dir_or_none(self.given_state_dir))  # selected sets' epochs
+        if any(spec.recorded_dir is not None for spec in loaded):
+            from reconciler.engine.recorded import fill
+
+            fill(loaded, lambda name: self._lineage_named(name, loaded))
+        return loaded
+
+    def _lineage_named(self, name: str, specs: Sequence[LoadedSpec]) -> LineagePaths | None:
+        """Where lineage ``name`` lives: a spec of this run's, else ``<state dir>/NAME``;
+        None when there is none."""
+        from reconciler.errors import StateError
+        from reconciler.state.fleet import find_lineages
+
+        for spec in specs:
+            if spec.name == name:
+                return self.where(spec)
+        try:
+            return find_lineages([name], [], self.given_state_dir)[0].paths
+        except StateError:
+            return None
 
     def select(self, found: Iterable[_Chosen], select: Sequence[str] | None) -> list[_Chosen]:
         """Those ``select`` names or whose labels it selects (all when empty); a bad
@@ -261,8 +285,14 @@ class Fleet:
 
         seen = self.observe(spec) if observed is None else observed
         fork = self.fork_source(spec, seen)
-        return planner.plan_lineage(spec, seen, self.identity, preflight=self.preflight,
-                                    kernel=self.kernel_facts(spec, seen, fork), fork=fork)
+        planned = planner.plan_lineage(spec, seen, self.identity, preflight=self.preflight,
+                                       kernel=self.kernel_facts(spec, seen, fork), fork=fork)
+        if spec.recorded_dir is None:
+            return planned
+        from reconciler.engine.recorded import remaining_note
+
+        note = remaining_note(spec, seen.last_observation)
+        return dataclasses.replace(planned, notes=(*planned.notes, note)) if note else planned
 
     def plan(self, specs: Sequence[LoadedSpec], *,
              observed: Mapping[str, Observed] | None = None,
@@ -312,26 +342,29 @@ class Fleet:
 
     # ------------------------------------------------------------------ status and history
 
-    def status(self, paths: Sequence[Path] | None, select: Sequence[str] | None = ()
+    def chosen(self, arguments: Sequence[str | Path], specs: Sequence[Path] = (),
+               select: Sequence[str] | None = (), names: Sequence[str] = ()) -> list[Shown]:
+        """The lineages a reading command's arguments (spec paths, lineage and set names),
+        ``names`` (names only), ``--specs`` and ``--select`` name: the one answer
+        (``reconciler.engine.chosen``)."""
+        from reconciler.engine.chosen import choose
+
+        return choose(arguments, names=names, specs=specs, select_texts=select,
+                      state_dir=self.given_state_dir, command=self.command)
+
+    def status(self, arguments: Sequence[str | Path] | None, select: Sequence[str] | None = ()
                ) -> tuple[list[StatusLine], ControllerStatus | None]:
-        """``ouro status``: the specs' lineages (each set's together, cell by cell, with its
-        orphans, as plan shows them: ``reconciler.engine.sets``), or every lineage in the
-        state dir; and what a controller of the state dir last wrote (None: none)."""
-        from reconciler.engine.sets import grouped
+        """``ouro status``: the lineages its arguments name (``chosen``: each set's together,
+        cell by cell, with its orphans, as plan shows them), or every lineage in the state
+        dir; and what a controller of the state dir last wrote (None: none)."""
         from reconciler.state.cachefile import one_seal
-        from reconciler.state.fleet import fleet, summary_cache_dir
+        from reconciler.state.fleet import summary_cache_dir
         from reconciler.state.observe import observe
         from reconciler.state.status import read_status
 
-        if paths:
-            loaded = self.load(paths)
-            found = [_Named(item.name, item.paths, item.spec.labels if item.spec else {},
-                            item.spec, item.member)
-                     for item in grouped(loaded, self.select(loaded, select),
-                                         self.given_state_dir)]
-        else:
-            found = self.select([_Named(item.name, item.paths, {})
-                                 for item in fleet([], self.given_state_dir)], select)
+        found = [_Named(item.name, item.paths, item.spec.labels if item.spec else {},
+                        item.spec, item.member)
+                 for item in self.chosen(arguments or (), (), select)]
         from reconciler.state.conditions import read_status as read_conditions
 
         controller = read_conditions(self.state_dir)
@@ -377,17 +410,53 @@ class Fleet:
         return [(found.paths, summarize(found.paths, cache))
                 for found in self.lineages(names, specs)]
 
-    def named_summaries(self, names: Sequence[str], specs: Sequence[Path]
+    def named_summaries(self, names: Sequence[str], specs: Sequence[Path],
+                        select: Sequence[str] | None = ()
                         ) -> list[tuple[Shown, LineageSummary]]:
-        """Each name's lineage, or a set's members and orphans, cell by cell (a set's name
-        with ``specs``: ``reconciler.engine.sets.find_named``), each with its summary."""
-        from reconciler.engine.sets import find_named
+        """Each name's lineage, or a set's members and orphans, cell by cell, those
+        ``select`` chooses (``chosen``), each with its summary."""
         from reconciler.state.fleet import summary_cache_dir
         from reconciler.state.summaries import summarize
 
         cache = summary_cache_dir(self.given_state_dir)
         return [(found, summarize(found.paths, cache))
-                for found in find_named(names, specs, self.given_state_dir)]
+                for found in self.chosen((), specs, select, names)]
+
+    def table(self, names: Sequence[str], specs: Sequence[Path],
+              select: Sequence[str] | None = ()) -> GenerationTable:
+        """The per-generation table (``reconciler.state.table``) of each name's lineage, or
+        of a set's members and orphans, cell by cell (``named_summaries``): each row joined
+        with its set place, its descent (a fork's ancestors found among these lineages,
+        then the state dir's and the specs') and its probes' measurements."""
+        from reconciler.state.table import GenerationTable, lineage_table
+
+        named = self.named_summaries(names, specs, select)
+        known: dict[str, LineagePaths] = {}
+
+        def places(name: str) -> LineagePaths | None:
+            if not known:
+                known.update({item.name: item.paths for item in self.every_lineage(specs)})
+                known.update({shown.name: shown.paths for shown, _summary in named})
+            return known.get(name)
+        return GenerationTable(tuple(
+            lineage_table(shown.name, shown.paths, summary, member=shown.member,
+                          spec=shown.spec, places=places)
+            for shown, summary in named))
+
+    def table_and_stops(self, names: Sequence[str], specs: Sequence[Path],
+                        select: Sequence[str] | None = ()
+                        ) -> tuple[GenerationTable, dict[str, UntilStop | None]]:
+        """``table`` and each lineage's ``spec.until`` stop that holds, as ``status``
+        shows it (with a spec only: it needs the spec): ``ouro log``'s one call."""
+        from functools import partial
+
+        from reconciler.plan.planner import shown_until
+        from reconciler.state.probes import metrics
+
+        table = self.table(names, specs, select)
+        return table, {lineage.name: None if lineage.spec is None else shown_until(
+            lineage.spec, partial(metrics, lineage.paths), lineage.summary.generations)
+            for lineage in table.lineages}
 
     def known_needs(self, specs: Sequence[Path]) -> dict[str, list[str]]:
         """{kernel fingerprint: [lineage names]} of the state dir's and the specs' lineages."""

@@ -36,7 +36,7 @@ from reconciler.engine.audits import AuditBatches
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import check_options, make_executor
 from reconciler.engine.fleet import Fleet
-from reconciler.engine.probe import Prober
+from reconciler.engine.provider_check import Prober
 from reconciler.errors import ApplyError, PlanFileError
 from reconciler.ownfiles import private_folder
 from reconciler.plan import LineagePlan, Plan
@@ -87,6 +87,7 @@ class ApplyOutcome:
     interrupted: bool
     stopped_by: str | None  # "interrupt", "deadline", "max-generations" or None
     event_log_failed: str | None  # why the event log could not be written, if it could not
+    selected: bool = False  # a set of this apply has spec.selection (docs/selection.md)
 
     @property
     def failed(self) -> list[LineageResult]:
@@ -253,12 +254,13 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
         result.audit = verdicts.get(spec.name)
         lineages.append(result)
     outcome = ApplyOutcome(lineages, limits.stop.is_set() or limits.cancel.is_set(),
-                           limits.stopped_by, None)
+                           limits.why_stopped(), None)
     events.emit("apply-finished", interrupted=outcome.interrupted,
                 failed=[r.name for r in outcome.failed],
-                unfinished=[r.name for r in outcome.unfinished], stopped_by=limits.stopped_by)
+                unfinished=[r.name for r in outcome.unfinished], stopped_by=outcome.stopped_by)
     return ApplyOutcome(outcome.lineages, outcome.interrupted, outcome.stopped_by,
-                        events.failed)
+                        events.failed, any(spec.member is not None and spec.member.selection
+                                           is not None for spec in prepared.specs))
 
 
 __all__ = ["EXIT_INTERRUPTED", "ApplyOutcome", "ApplyRequest", "ApplyUI", "apply", "prepare"]

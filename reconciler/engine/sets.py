@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.engine.epochs import expand
 from reconciler.errors import StateError
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.planner import Orphan, find_orphans
+from reconciler.spec.fork_parents import state_dir_or_none
 from reconciler.spec.load import LoadedSpec, default_places, load_specs
 from reconciler.spec.sets import Membership, member_pattern, orphan_membership
 from reconciler.state.branches import resolve, spec_paths
@@ -103,10 +105,12 @@ def find_named(names: Sequence[str], specs: Sequence[Path],
     """Each name's lineage, or, for a set's name in ``specs``, the set (``grouped``: its
     members cell by cell, and its orphans). A name that is neither is an error naming the
     remedy (``reconciler.state.fleet.find_lineages``'s)."""
-    loaded = load_specs(specs, state_dir=state_dir) if specs else []
+    loaded = expand(load_specs(specs, state_dir=state_dir), state_dir_or_none(state_dir)
+                    ) if specs else []  # a selected set's members after its decisions
     sets = set(set_names(loaded))
     by_name = {spec.name: spec for spec in loaded}
     found: list[Shown] = []
+    here: dict[str, Lineage] | None = None  # the state dir's lineages, read once
     for name in names:
         if name in sets:
             found += grouped(loaded, [s for s in loaded if s.set_name == name], state_dir)
@@ -115,8 +119,10 @@ def find_named(names: Sequence[str], specs: Sequence[Path],
         elif specs:
             find_lineages([name], specs, state_dir)  # raises: not there, and the remedy
         else:
-            found += [Shown(item.name, item.paths)
-                      for item in _in_state_dir(name, state_dir)]
+            if here is None:
+                here = {item.name: item for item in fleet([], state_dir)}
+            found += [Shown(item.name, item.paths) for item in (
+                [here[name]] if name in here else _in_state_dir(name, state_dir))]
     return found
 
 

@@ -424,10 +424,6 @@ class AuditHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
-    @property
-    def launched(self) -> bool:
-        return self._launched
-
     # -- the worker -----------------------------------------------------------
 
     def _run(self) -> None:

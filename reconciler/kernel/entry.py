@@ -302,6 +302,9 @@ def main(stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None,
          run: Callable[[dict[str, Any], threading.Event], dict[str, Any]] = handle) -> int:
     """Read one request, write one outcome; 0 when an outcome was written. An empty
     stdin (a spare kernel that was not needed) is no request: nothing is written."""
+    from .broker import forker
+
+    forker.ENABLED = False  # one generation per process here: a broker of its own
     source = stdin or sys.stdin.buffer
     out = stdout or os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing but the outcome reaches the caller's stdout

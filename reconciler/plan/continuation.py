@@ -15,8 +15,8 @@ generations that ran: they are history.
                                         -> stop
 
 Before the next generation (``probe_first``): when the last one had every call
-fail with a retryable error, apply probes the provider (``engine.probe``, even
-under --no-probe) and, if it does not answer, stops the lineage there
+fail with a retryable error, apply probes the provider (``engine.provider_check``, even
+under --no-provider-check) and, if it does not answer, stops the lineage there
 (``provider_unavailable``) instead of spending a generation on an outage. A
 replay lineage whose folder has no reply left for the next generation (the
 replies its generations used, recorded as ``replay_cursor``, are all there are)

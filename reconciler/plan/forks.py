@@ -7,23 +7,23 @@ ordinary lineage: its ancestry is in its root metadata and the plan never reads 
 parent again.
 
 These reasons are the control plane's own (the kernel never gives them, so they are not
-in its list, ``kernel.base.refusals``: docs/benchmarks.md, "Physics release 4");
-``PLAN_REASONS`` is that list with these after it.
+in its list, ``kernel.base.refusals``: docs/benchmarks.md, "Physics release 4"); the
+plan gives a fork's refusal after the kernel's and a set member's (``plan.membership``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Protocol, get_args
 
-from reconciler.kernel.base.refusals import REASONS, Reason
+from reconciler.kernel.base.refusals import Reason
+from reconciler.plan.membership import SetReason
 
-__all__ = ["FORK_REASONS", "PLAN_REASONS", "ForkReason", "ForkSourceLike", "PlanReason",
+__all__ = ["FORK_REASONS", "ForkReason", "ForkSourceLike", "PlanReason",
            "fork_json", "fork_notes", "fork_refusal"]
 
 ForkReason = Literal["fork-unreadable", "fork-no-generation", "fork-death"]
 FORK_REASONS: tuple[ForkReason, ...] = get_args(ForkReason)
-PlanReason = Reason | ForkReason
-PLAN_REASONS: tuple[PlanReason, ...] = (*REASONS, *FORK_REASONS)
+PlanReason = Reason | SetReason | ForkReason
 
 _REMEDIES: dict[str, str] = {
     "fork-unreadable": (

@@ -89,10 +89,6 @@ class KernelChoice:
     message: str  # what runs, or why nothing can and what to do
     fetch: str | None = None  # the command that would make it available
 
-    @property
-    def must_fetch(self) -> bool:
-        return self.reason == "kernel-unavailable"
-
     def as_json(self) -> dict[str, Any]:
         return {"commit": self.commit, "fingerprint": self.fingerprint, "source": self.source,
                 "reason": self.reason, "fetch": self.fetch}

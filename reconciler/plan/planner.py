@@ -44,6 +44,7 @@ from reconciler.plan.forks import (
     fork_refusal,
 )
 from reconciler.plan.kernel_choice import KernelChoice, KernelFactsLike, choose
+from reconciler.plan.membership import membership_refusal
 from reconciler.plan.probes import (
     MeasurementWork,
     Series,
@@ -450,6 +451,9 @@ def refusals(
             message = check(spec, observed, me)
         if message:
             found.append(Refusal(reason, message))
+    member = membership_refusal(spec.name, _set_of(spec), observed.last_observation)
+    if member is not None:
+        found.append(Refusal(*member))
     forked = fork_refusal(spec.name, fork) if fork is not None and not observed.any_exists \
         else None
     if forked is not None:

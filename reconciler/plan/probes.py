@@ -13,8 +13,12 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["MeasurementWork", "ProbeLike", "UntilStop", "measurement_work", "shown_stop",
-           "until_stop"]
+__all__ = ["GOAL_STOPS", "MeasurementWork", "ProbeLike", "UntilStop", "measurement_work",
+           "shown_stop", "until_stop"]
+
+# The stop codes of a lineage reaching its goal (``spec.until``), not a fault: an
+# UntilStop's codes, and the one list every reader of a stop reason checks.
+GOAL_STOPS = ("target-reached", "plateau")
 
 
 class ProbeLike(Protocol):

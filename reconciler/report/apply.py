@@ -9,6 +9,7 @@ from typing import Any
 from reconciler.engine.apply import LineageResult
 from reconciler.engine.session import ApplyOutcome
 from reconciler.envelope import envelope
+from reconciler.plan.probes import GOAL_STOPS
 from reconciler.report.escape import json_text, terminal
 from reconciler.report.words import plural
 
@@ -61,7 +62,7 @@ def _lineage_lines(result: LineageResult) -> list[str]:
              f"{plural(result.desired_generations, 'generation')}; "
              f"ran {result.generations_run}" + (f" ({counts})" if counts else "")
              + f", spent ${result.spend_usd}"]
-    if result.stopped in ("target-reached", "plateau"):
+    if result.stopped in GOAL_STOPS:
         lines.append(f"  done ({result.stopped}): spec.until holds; apply runs no more")
     if result.measured:
         lines.append(f"  measured: {result.measured} probe record(s), "

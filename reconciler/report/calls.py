@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from reconciler.kernel.base.formats import usd_amount  # the one rule of a recorded amount
 
 __all__ = ["CallStop", "Failure", "call_stops", "failure_of", "reservation"]
 
@@ -92,10 +93,18 @@ class Failure:
 
     def summary(self) -> str:
         status = f"HTTP {self.http_status}" if self.http_status is not None else "no HTTP status"
-        final = ("final: stops the lineage" if self.stops_lineage
-                 else "retryable" if self.retryable else "not final")
+        final = finality(self.retryable is not False, self.stops_lineage)
         calls = "every call failed" if self.every_call_failed else "some calls answered"
         return f"{self.message or 'model failure'} ({self.code or '?'}, {status}; {final}; {calls})"
+
+
+def finality(retryable: bool, stops_lineage: bool) -> str:
+    """How final a model failure is, in the one wording of status, plan, show and the
+    viewer: "final" is a failure that is not retried (its ``retryable`` is false), and
+    whether it also stops the lineage is said beside it."""
+    if retryable:
+        return "retryable"
+    return "final; stops the lineage" if stops_lineage else "final; the lineage goes on"
 
 
 def failure_of(record: Mapping[str, Any] | None) -> Failure | None:
@@ -117,16 +126,6 @@ def failure_of(record: Mapping[str, Any] | None) -> Failure | None:
     )
 
 
-def _usd(value: Any) -> Decimal | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() and amount >= 0 else None
-
-
 def reservation(call: Mapping[str, Any]) -> str:
     """What a call held of the budget, as a person should read it: each attempt reserves its
     worst case and returns it when it ends, so a retried call's recorded ``reserved_usd``
@@ -134,9 +133,9 @@ def reservation(call: Mapping[str, Any]) -> str:
     attempts = call.get("attempts")
     amounts = [amount for attempt in (attempts if isinstance(attempts, list) else [])
                if isinstance(attempt, Mapping)
-               and (amount := _usd(attempt.get("reserved_usd"))) is not None]
+               and (amount := usd_amount(attempt.get("reserved_usd"))) is not None]
     if len(amounts) > 1:
         return (f"{max(amounts)} at most at once (the peak of {len(amounts)} attempts, each "
                 "returned when it ended)")
-    total = _usd(call.get("reserved_usd"))
+    total = usd_amount(call.get("reserved_usd"))
     return str(total) if total is not None else "none"

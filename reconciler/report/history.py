@@ -1,54 +1,39 @@
-"""What grew, as text, JSON, CSV and JSON lines: `ouro log`, `show`, `diff`, `export`.
+"""One generation, and the diff between two: `ouro show`, `ouro diff`.
 
-No decisions here: rows come from ``reconciler.state.summaries``, details from
-``reconciler.state.history``. Text that an organism or a model wrote may hold
+No decisions here: details come from ``reconciler.state.history`` (the table that
+``ouro log`` and ``ouro export`` render is ``reconciler.report.log``'s and
+``reconciler.report.table``'s). Text that an organism or a model wrote may hold
 terminal control sequences: every such text is shown with control characters
 (other than newline and tab) escaped, so it cannot drive the terminal.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from reconciler.envelope import envelope
-from reconciler.plan.probes import UntilStop
 from reconciler.report.calls import call_stops, failure_of, reservation
 from reconciler.report.escape import json_text, terminal
+from reconciler.report.log import NONE, outcome_of
+from reconciler.report.log import diffstat as _diffstat
+from reconciler.report.log import size as _size
 from reconciler.report.physics import kernel_json, kernel_lines
-from reconciler.report.sets import (
-    ORPHANED,
-    SET_COLUMNS,
-    headings,
-    indent,
-    matrix_columns,
-    matrix_value,
-    member_json,
-    set_values,
-)
 from reconciler.report.words import plural
-from reconciler.spec.sets import Membership
-from reconciler.state.history import FileDiff, GenerationDetail
+from reconciler.state.history import SHOW_LIMITS, FileDiff, GenerationDetail
+from reconciler.state.probe_rules import STDERR_TAIL
 from reconciler.state.ran_with import BornUnder, kernel_run
-from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
 
 __all__ = [
-    "EXPORT_FORMATS",
     "diff_text",
-    "export_text",
-    "log_json",
-    "log_text",
     "outcome_of",
     "safe",
     "show_json",
     "show_text",
 ]
 
-EXPORT_FORMATS = ("csv", "jsonl")
 DEFAULT_TEXT_CHARS = 2000  # a prompt or reply shown by `ouro show` without --full
 
 
@@ -57,64 +42,8 @@ def safe(text: str) -> str:
     return terminal(text)
 
 
-NONE = "\u2014"  # an em dash in a table cell: the generation recorded no such value
-
-
-def _size(value: int | None) -> str:
-    if value is None:
-        return NONE
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if value >= 1 << shift:
-            return f"{value / (1 << shift):.1f}{unit}"
-    return f"{value}B"
-
-
 def _number(value: float | int | str | None, fmt: str = "{}") -> str:
     return NONE if value is None else fmt.format(value)
-
-
-def outcome_of(row: GenerationRow) -> str:
-    """changed / no-change / died (cause), with a model failure noted."""
-    if row.status == "seed":  # row 0: no life made it (reconciler.state.seed_row)
-        return "seed"
-    text = row.status or "?"
-    if row.status == "died":
-        cause = row.death_cause or "unknown cause"
-        text += f" ({cause}" + (f", exit {row.exit_status}" if row.exit_status is not None
-                                else "") + ")"
-    if row.model_failure:
-        text += f" [model: {row.model_failure}]"
-    if not row.observed:
-        text += " [no observation]"
-    return text
-
-
-def _diffstat(row: GenerationRow) -> str:
-    if row.organism_added is None or row.organism_deleted is None:
-        return NONE
-    paths = f" {row.paths_changed}p" if row.paths_changed is not None else ""
-    return f"+{row.organism_added}/-{row.organism_deleted}{paths}"
-
-
-_HEADER = ("gen", "outcome", "organism", "diff", "calls", "tok in", "tok out", "spend $",
-           "cpu s", "peak mem", "wall s", "started")
-
-
-def _cells(row: GenerationRow) -> tuple[str, ...]:
-    return (
-        str(row.generation), outcome_of(row), _size(row.organism_bytes), _diffstat(row),
-        _number(row.model_calls), _number(row.tokens_in), _number(row.tokens_out),
-        _number(row.spend_usd), _number(row.cpu_seconds, "{:.2f}"),
-        _size(row.memory_peak_bytes), _number(row.wall_seconds, "{:.2f}"),
-        _number(row.started_at),
-    )
-
-
-ProbeColumns = Mapping[str, Mapping[int, Mapping[str, Any]]]  # lineage -> gen -> column -> value
-
-
-def _probe_names(columns: Mapping[int, Mapping[str, Any]]) -> list[str]:
-    return sorted({name for row in columns.values() for name in row})
 
 
 def _probe_cell(value: Any) -> str:
@@ -123,130 +52,6 @@ def _probe_cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-Members = Mapping[str, Membership | None]  # lineage -> its place in its set (None: none)
-Stops = Mapping[str, UntilStop | None]  # lineage -> the spec.until stop that holds (None: none)
-
-
-def until_json(stop: UntilStop | None) -> dict[str, Any] | None:
-    """A ``spec.until`` stop in JSON (``ouro status``'s ``"until"``): code, generation, why."""
-    return None if stop is None else {"code": stop.code, "generation": stop.generation,
-                                      "message": stop.message}
-
-
-def log_text(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None, members: Members | None = None,
-             stops: Stops | None = None) -> str:
-    """Each lineage's line and table; a set's members under its heading and their cell's
-    (``reconciler.report.sets``), an orphan marked so, a lineage ``spec.until`` stopped
-    marked as ``ouro status`` marks it."""
-    out: list[str] = []
-    places = [(members or {}).get(summary.name) for summary, _rows in summaries]
-    for i, (summary, rows) in enumerate(summaries):
-        out += headings(places, i)
-        pad = indent(places[i])
-        edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
-        out.append(
-            f"{pad}{summary.name}: {plural(summary.generations, 'generation')}, "
-            f"{summary.outcomes['died']} died, "
-            f"{plural(summary.model_failures, 'model failure')}, "
-            f"{plural(edits, 'external edit')}, ${summary.spend_usd} spent"
-        )
-        member = places[i]
-        if member is not None and member.orphaned:
-            out.append(f"{pad}  {ORPHANED.format(member.set_name)}")
-        if (stop := (stops or {}).get(summary.name)) is not None:
-            out.append(f"{pad}  done ({stop.code}): {stop.message}")
-        extra = _probe_names(probes.get(summary.name, {}) if probes else {})
-        values = probes.get(summary.name, {}) if probes else {}
-        table = [(*_HEADER, *extra),
-                 *((*_cells(row), *(_probe_cell(values.get(row.generation, {}).get(name))
-                                    for name in extra)) for row in rows)]
-        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-        for line in table:
-            out.append(f"{pad}  " + "  ".join(cell.ljust(widths[i])
-                                              for i, cell in enumerate(line)).rstrip())
-        if any(NONE in line for line in table[1:]):
-            out.append(f"{pad}  ({NONE}: not recorded: no usage reported, a death before "
-                       "the diff, no observation)")
-        for problem in summary.problems:
-            out.append(f"{pad}  problem: {problem}")
-    return safe("\n".join(out) + "\n")
-
-
-def log_json(summaries: Sequence[tuple[LineageSummary, Sequence[GenerationRow]]],
-             probes: ProbeColumns | None = None, members: Members | None = None,
-             stops: Stops | None = None) -> str:
-    values = probes or {}
-    places = members or {}
-    document = envelope(
-        "ouro-log",
-        lineages=[
-            {
-                "name": summary.name,
-                "generations": summary.generations,
-                "outcomes": summary.outcomes,
-                "death_kinds": summary.death_kinds,
-                "spend_usd": str(summary.spend_usd),
-                "heads": {"lineage": summary.lineage_head,
-                          "observation": summary.observation_head},
-                "problems": list(summary.problems),
-                # its LineageSet (null: a plain lineage); orphaned: the set no longer has it
-                "set": member_json(places.get(summary.name)),
-                # the spec.until stop that holds (null: none, or no --specs), as in status
-                "until": until_json((stops or {}).get(summary.name)),
-                "rows": [{**asdict(row), **values.get(summary.name, {}).get(row.generation, {})}
-                         for row in rows],
-            }
-            for summary, rows in summaries
-        ],
-    )
-    return json_text(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-def export_text(summaries: Sequence[LineageSummary], fmt: str,
-                probes: ProbeColumns | None = None, members: Members | None = None,
-                rows: Mapping[str, Sequence[GenerationRow]] | None = None) -> str:
-    """One row per generation, ``lineage`` first, then ``COLUMNS``, then the probes'
-    ``probe.<name>.<metric>`` columns, sorted, then, when a lineage is in a set, the set
-    columns: ``set``, ``cell``, ``replica``, ``orphaned``, ``matrix.<key>`` (docs/export.md).
-    ``rows``: a lineage's rows when not its summary's (its seed's row 0 first)."""
-    found = probes or {}
-    given = rows or {}
-    places = members or {}
-    keys = matrix_columns(list(places.values()))
-    in_set = any(member is not None for member in places.values())
-
-    def sets(summary: LineageSummary) -> dict[str, Any]:
-        return set_values(places.get(summary.name), keys) if in_set else {}
-    if fmt == "jsonl":
-        return "".join(
-            json_text(json.dumps({"lineage": summary.name, **asdict(row),
-                                  **found.get(summary.name, {}).get(row.generation, {}),
-                                  **sets(summary)},
-                                 ensure_ascii=False, default=str)) + "\n"
-            for summary in summaries for row in given.get(summary.name, summary.rows)
-        )
-    extra = sorted({name for columns in found.values() for name in _probe_names(columns)})
-    tail = [*SET_COLUMNS, *keys] if in_set else []
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(("lineage", *COLUMNS, *extra, *tail))
-    for summary in summaries:
-        own = {key: _csv_value(value) for key, value in sets(summary).items()}
-        for row in given.get(summary.name, summary.rows):
-            values = {**asdict(row), **found.get(summary.name, {}).get(row.generation, {}),
-                      **own}
-            writer.writerow((summary.name, *("" if values.get(c) is None else values[c]
-                                              for c in (*COLUMNS, *extra, *tail))))
-    return buffer.getvalue()
-
-
-def _csv_value(value: Any) -> Any:
-    """A set column's value in CSV: a matrix value that is a mapping or a list as compact
-    JSON (a scalar as itself)."""
-    return matrix_value(value) if isinstance(value, dict | list) else value
 
 
 def _bounded(text: str | None, full: bool, limit: int = DEFAULT_TEXT_CHARS) -> str:
@@ -269,6 +74,26 @@ def diff_text(diffs: Sequence[FileDiff]) -> str:
     return safe("\n".join(out) + "\n")
 
 
+SHOW_DIFF_LINES = 2_000  # lines of diff `ouro show` prints without --full
+
+
+def _shown_diff(name: str, detail: GenerationDetail, full: bool) -> str:
+    """The diff as read (``state.history.SHOW_LIMITS`` unless --full), at most
+    ``SHOW_DIFF_LINES`` lines, then one line saying what was left out and how to get it."""
+    lines = diff_text(detail.diff).rstrip("\n").split("\n")
+    cut = detail.diff_cut or (len(lines) > SHOW_DIFF_LINES and not full)
+    if not cut:
+        return "\n".join(lines)
+    number = detail.row.generation
+    listed = len(detail.diff)
+    return "\n".join([
+        *lines[:SHOW_DIFF_LINES],
+        f"... (diff cut: {min(len(lines), SHOW_DIFF_LINES)} of {len(lines)} lines shown, "
+        f"{listed} of {detail.files_total} files listed, patches at most "
+        f"{SHOW_LIMITS.total_chars // 1024} KiB in all; the whole diff: "
+        f"`ouro diff {name} {number - 1} {number}` or `ouro show {name} {number} --full`)"])
+
+
 def _calls(record: dict[str, Any] | None) -> list[dict[str, Any]]:
     calls = record.get("model_calls") if record else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
@@ -284,15 +109,24 @@ def _model_lines(record: dict[str, Any] | None) -> list[str]:
 
 
 def _probe_lines(probes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per probe record of the generation: its metrics or its failure."""
+    """One line per probe record of the generation: its metrics or its failure, a failure
+    followed by the end of what the probe wrote to stderr (its record's ``stderr_tail``),
+    indented."""
     lines = []
     for record in probes:
-        metrics = record.get("metrics")
-        shown = (", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
-                           for k, v in sorted(metrics.items()))
-                 if record.get("failure") is None and isinstance(metrics, dict)
-                 else f"probe {record.get('probe')} failed: {record.get('failure')}")
+        found = record.get("metrics")
+        metrics = found if isinstance(found, dict) and record.get("failure") is None else None
+        failed = metrics is None
+        shown = (f"probe {record.get('probe')} failed: {record.get('failure')}"
+                 if metrics is None
+                 else ", ".join(f"probe.{record.get('probe')}.{k} = {_probe_cell(v)}"
+                                for k, v in sorted(metrics.items())))
         lines.append(f"{shown} (digest {str(record.get('digest'))[:12]})")
+        tail = record.get("stderr_tail")
+        if failed and isinstance(tail, str) and tail.strip():
+            kept = tail[-STDERR_TAIL:].strip("\n")
+            lines.append(f"  its stderr (the last {len(kept)} characters):")
+            lines += [f"    {line}" for line in kept.split("\n")]
     return lines
 
 
@@ -328,7 +162,7 @@ def show_text(name: str, detail: GenerationDetail, *, full: bool = False,
                 tail if isinstance(tail, str) and tail else "(none)",
                 "", "## the body that died (organism.el as it ran)",
                 _bounded(detail.body, full, limit=20 * DEFAULT_TEXT_CHARS)]
-    out += ["", "## diff against the previous generation", diff_text(detail.diff).rstrip("\n")]
+    out += ["", "## diff against the previous generation", _shown_diff(name, detail, full)]
     for call, stop in zip(_calls(record), call_stops(record), strict=True):
         index = call.get("request_index", "?")
         out += ["", f"## model call {index}: http {call.get('http_status')}, "
@@ -372,6 +206,8 @@ def show_json(name: str, detail: GenerationDetail, *, full: bool = False,
         "journal_entry": detail.journal_entry,
         "body": detail.body if detail.row.status == "died" else None,
         "diff": [asdict(item) for item in detail.diff],
+        "diff_cut": detail.diff_cut,  # not all of it (no --full): `ouro diff` has the rest
+        "diff_files": detail.files_total,
         "observation": record,
         "kernel": kernel_json(kernel_run(detail.record), born, detail.record is not None),
         "model_stops": [asdict(stop) for stop in call_stops(detail.record)],

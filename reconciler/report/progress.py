@@ -22,11 +22,18 @@ if TYPE_CHECKING:  # rich only for the live table (a terminal): plain lines star
     from reconciler.engine.apply import LineageResult
 
 
-class PlainReporter:
-    """One line per event, for logs and CI."""
+# Where a lineage's refusal, stop or errors are said in full (the progress names it)
+APPLY_SUMMARY = "apply's summary (on stdout, at the end)"
+CONTROLLER_STATUS = "`ouro status` (the lineage's conditions)"
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+
+class PlainReporter:
+    """One line per event, for logs and CI. ``told``: where the reasons are said in full
+    (``APPLY_SUMMARY``; the controller, which prints no summary: ``CONTROLLER_STATUS``)."""
+
+    def __init__(self, stream: TextIO | None = None, *, told: str = APPLY_SUMMARY) -> None:
         self.stream = stream or sys.stderr
+        self.told = told
         self._mutex = threading.Lock()
 
     def _say(self, text: str) -> None:
@@ -51,15 +58,15 @@ class PlainReporter:
                   f"({event.get('attempt')}/{event.get('of')})")
 
     def lineage_finished(self, result: LineageResult) -> None:
-        """One line per lineage as it ends; its refusal and errors are said once, in the
-        summary on stdout (pointed to here, not repeated)."""
+        """One line per lineage as it ends; its refusal and errors are said once, where
+        ``told`` names (pointed to here, not repeated)."""
         if result.refusals or result.refusal:
-            reasons = ", ".join(r.reason for r in result.refusals) or "see the summary"
-            self._say(f"{result.name}: refused ({reasons}); the summary says why")
+            reasons = ", ".join(r.reason for r in result.refusals) or "a refusal"
+            self._say(f"{result.name}: refused ({reasons}); {self.told} says why")
         if result.stopped:
-            self._say(f"{result.name}: stopped ({result.stopped}); the summary says why")
+            self._say(f"{result.name}: stopped ({result.stopped}); {self.told} says why")
         elif result.errors:
-            self._say(f"{result.name}: {plural(len(result.errors), 'error')}; the summary "
+            self._say(f"{result.name}: {plural(len(result.errors), 'error')}; {self.told} "
                       "says what")
         if result.generations_run:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items()))

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 from reconciler.engine.fleet import StatusLine
 from reconciler.envelope import FORMAT_VERSION, envelope
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
+from reconciler.report.calls import finality
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
 from reconciler.report.words import plural
@@ -454,7 +455,8 @@ def _status_block(console: Console, line: StatusLine, pad: str) -> None:
     if last is not None:
         console.print(rich_text(
             f"{pad}  last generation (gen {last.get('generation')}): {last.get('message')} "
-            f"({last.get('code')}, {'retryable' if last.get('retryable') else 'final'})"),
+            f"({last.get('code')}, "
+            f"{finality(last.get('retryable') is True, last.get('stops_lineage') is True)})"),
             style="red")
     console.print(rich_text(f"{pad}  accounted model spend: ${report.accounted_usd}"))
     console.print(rich_text(f"{pad}  last journal entry: "

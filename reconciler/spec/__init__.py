@@ -26,8 +26,8 @@ from reconciler.spec.models import (
     PriceSpec,
     StorageSpec,
     branch_name_problem,
-    json_schema,
 )
+from reconciler.spec.schema import json_schema
 
 __all__ = [
     "API_VERSION",

@@ -7,29 +7,25 @@ Positions are the loader's business (``reconciler.spec.load``); these models onl
 say *which field* is wrong and *why*, in words a user can act on.
 
 Every model forbids unknown keys (a typo must not pass silently) and is
-strict (no silent ``"5"`` -> 5); the unit types below parse sizes, durations
-and money explicitly. Defaults equal the original instrument's
+strict (no silent ``"5"`` -> 5); the unit types (``reconciler.spec.fieldtypes``)
+parse sizes, durations and money explicitly, and every name is matched whole
+against its pattern (``reconciler.spec.names``). Defaults equal the original instrument's
 (``reconciler.kernel.base.config``).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationInfo,
-    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
@@ -40,6 +36,32 @@ from reconciler.kernel.base import registry
 from reconciler.kernel.base.identity import is_object_id
 from reconciler.spec import places, prices, units
 from reconciler.spec import probes as probe_specs
+from reconciler.spec.fieldtypes import (
+    MAX_BYTES,
+    MAX_GENERATIONS,
+    MAX_REPLICAS,
+    MAX_SECONDS,
+    BranchName,
+    Duration,
+    Money,
+    PathText,
+    Size,
+    Strict,
+    branch_name_problem,
+    cpu_share,
+)
+from reconciler.spec.fork_model import ForkSpec
+from reconciler.spec.names import (
+    DNS_LABEL,
+    ENV_NAME,
+    LABEL_KEY,
+    LABEL_VALUE,
+    MODEL_NAME,
+    URL,
+    whole,
+)
+from reconciler.spec.selection import SelectionSpec
+from reconciler.spec.slurm import ExecutorSpec, SlurmSpec
 
 __all__ = [
     "API_VERSION",
@@ -47,6 +69,7 @@ __all__ = [
     "KIND",
     "MAX_REPLICAS",
     "PAID_PROVIDERS",
+    "RECORDED",
     "SET_KIND",
     "CeilingsSpec",
     "ExecutorSpec",
@@ -62,194 +85,45 @@ __all__ = [
     "SlurmSpec",
     "StorageSpec",
     "branch_name_problem",
-    "json_schema",
 ]
 
 API_VERSION = "ouro/v1"
 KIND = "Lineage"
 SET_KIND = "LineageSet"
-MAX_REPLICAS = 10_000  # a member's index is at most 4 digits (reconciler.spec.sets)
+MAX_TASKS = 4194304  # the kernel's PID_MAX_LIMIT
+MAX_COUNT = 1_000_000_000
 
-# The providers, from their one record each (``reconciler.kernel.base.registry``).
-Provider = registry.ProviderName
+# The providers, from their one record each (``reconciler.kernel.base.registry``), and
+# ``recorded``: the control plane's own, another lineage's recorded replies served by the
+# kernel's replay provider from a folder ouro fills (``reconciler.engine.recorded``).
+RECORDED = "recorded"
+Provider = Literal[registry.ProviderName, "recorded"]
+_OFFLINE = (*kc.OFFLINE_PROVIDERS, RECORDED)  # no server, no key, no price
 Enforcement = Literal["auto", "systemd", "cgroup2", "cgroup1"]
 PAID_PROVIDERS = registry.PAID_PROVIDERS
 DEFAULT_API_KEY_ENV: dict[str, str | None] = registry.DEFAULT_KEY_ENV
 
-# Upper bounds: beyond them a value is a typo, and the kernel's cgroup and tmpfs
-# files (signed 64-bit) could not hold it anyway.
-MAX_BYTES = (1 << 63) - 1
-MAX_SECONDS = 366 * 86400
-MAX_TASKS = 4194304  # the kernel's PID_MAX_LIMIT
-MAX_COUNT = 1_000_000_000
-MAX_GENERATIONS = 1_000_000
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MODEL_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
-# For editors: an http(s) URL with a host, no credentials, query, fragment or whitespace
-# (the validator, urlsplit, rules).
-_URL = re.compile(
-    r"^[Hh][Tt][Tt][Pp][Ss]?://(\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)"
-    r"(:[0-9]*)?(/[^\s?#]*)?$"
-)
-
-
-# --- unit types ------------------------------------------------------------------
-
-Size = Annotated[
-    int,
-    BeforeValidator(units.parse_size),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": units.SIZE_PATTERN},
-            ],
-            "description": "bytes, or K/M/G/T (= KiB/MiB/GiB/TiB, powers of 1024)",
-        }
-    ),
-]
-Duration = Annotated[
-    int,
-    BeforeValidator(units.parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": units.DURATION_PATTERN},
-            ],
-            "description": "whole seconds, or e.g. 600s, 10m, 1h, 1h30m",
-        }
-    ),
-]
-Money = Annotated[
-    Decimal,
-    BeforeValidator(units.parse_money),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": units.MONEY_PATTERN},
-                {"type": "integer", "minimum": 0},
-            ],
-            "description": 'USD as a quoted decimal string, e.g. "1.00" (never a float)',
-        }
-    ),
-]
-
-
-def _to_path(value: Any) -> Path:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"a path is a non-empty string, not {units.describe(value)}")
-    if "\x00" in value:
-        raise ValueError("a path cannot contain a NUL character")
-    try:
-        return Path(value).expanduser()
-    except RuntimeError as error:  # "~nobody/x": no such user
-        raise ValueError(f"cannot expand {value!r}: {error}") from error
-
-
-PathText = Annotated[
-    Path,
-    BeforeValidator(_to_path),
-    WithJsonSchema({"type": "string", "minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}),
-]
-
-
-def branch_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a valid git branch name (``git check-ref-format --branch``), or None."""
-    if not name:
-        return "a branch name cannot be empty"
-    if name == "@":
-        return "a branch name cannot be '@'"
-    if name == "HEAD":
-        return "a branch cannot be called HEAD"
-    if name.startswith("-"):
-        return "a branch name cannot start with '-'"
-    if name.startswith("/") or name.endswith("/"):
-        return "a branch name cannot start or end with '/'"
-    if name.endswith("."):
-        return "a branch name cannot end with '.'"
-    if ".." in name:
-        return "a branch name cannot contain '..'"
-    if "@{" in name:
-        return "a branch name cannot contain '@{'"
-    for char in name:
-        if ord(char) < 0x20 or ord(char) == 0x7F:
-            return "a branch name cannot contain control characters"
-        if char in " ~^:?*[\\":
-            return f"a branch name cannot contain {char!r}"
-    for component in name.split("/"):
-        if not component:
-            return "a branch name cannot contain '//' (an empty component)"
-        if component.startswith("."):
-            return f"a branch name component cannot start with '.' ({component!r})"
-        if component.endswith(".lock"):
-            return f"a branch name component cannot end with '.lock' ({component!r})"
-    return None
-
-
-def _branch(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"a branch name is a string, not {units.describe(value)}")
-    problem = branch_name_problem(value)
-    if problem:
-        raise ValueError(f"{value!r} is not a valid git branch name: {problem}")
-    return value
-
-
-# branch_name_problem's rules for editors (the function is the authority; a test feeds both).
-_BRANCH_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "minLength": 1,
-    "pattern": r"^[^\x00-\x20\x7f~^:?*\[\\]+$",
-    "not": {
-        "anyOf": [
-            {"enum": ["@", "HEAD"]},
-            {"pattern": r"^-"},
-            {"pattern": r"^/|/$"},
-            {"pattern": r"\.$"},
-            {"pattern": r"\.\."},
-            {"pattern": r"@\{"},
-            {"pattern": r"//"},
-            {"pattern": r"(^|/)\."},
-            {"pattern": r"\.lock(/|$)"},
-        ]
-    },
-}
-BranchName = Annotated[
-    str | None,
-    BeforeValidator(_branch),
-    WithJsonSchema({"anyOf": [_BRANCH_SCHEMA, {"type": "null"}]}),
-]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
 # --- the models -------------------------------------------------------------------
 
 
-class Metadata(_Strict):
+class Metadata(Strict):
     name: str = Field(
         description="lowercase letters, digits and '-' (a DNS label, at most 63 characters); "
         "unique among the specs of one run",
-        json_schema_extra={"pattern": _DNS_LABEL.pattern},
+        json_schema_extra={"pattern": DNS_LABEL.pattern},
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
         description="free-form string labels, shown by plan and status",
-        json_schema_extra={"propertyNames": {"pattern": _LABEL_KEY.pattern}},
+        json_schema_extra={"propertyNames": {"pattern": LABEL_KEY.pattern},
+                           "additionalProperties": {"type": "string",
+                                                    "pattern": LABEL_VALUE.pattern}},
     )
 
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
+        if not whole(DNS_LABEL, value):
             raise ValueError(
                 f"{value!r} is not a valid lineage name: use 1-63 lowercase letters, digits "
                 "and '-', not starting or ending with '-' (e.g. gpt-03)"
@@ -259,16 +133,21 @@ class Metadata(_Strict):
     @field_validator("labels")
     @classmethod
     def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _LABEL_KEY.match(key):
+        for key, text in value.items():
+            if not whole(LABEL_KEY, key):
                 raise ValueError(
                     f"label key {key!r}: use 1-63 letters, digits, '-', '_', '.', '/', "
                     "starting and ending with a letter or digit"
                 )
+            if isinstance(text, str) and not whole(LABEL_VALUE, text):
+                raise ValueError(
+                    f"label {key!r}: a value is one line of at most 256 characters, without "
+                    "control characters or line breaks"
+                )
         return value
 
 
-class PriceSpec(_Strict):
+class PriceSpec(Strict):
     input_usd_per_mtok: Money = Field(description="USD per million prompt tokens")
     output_usd_per_mtok: Money = Field(description="USD per million output tokens")
 
@@ -278,7 +157,8 @@ class PriceSpec(_Strict):
 
 def _model_name_schema(schema: dict[str, Any]) -> None:
     schema.pop("default", None)  # the default depends on the provider
-    schema["pattern"] = r"^(?=[^\x00-\x1f\x7f]*\S)[^\x00-\x1f\x7f]{1,200}$"
+    schema["pattern"] = (r"^(?=[^\x00-\x1f\x7f-\x9f\u2028\u2029]*\S)"
+                         r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]{1,200}$")
 
 
 def _when(
@@ -303,7 +183,9 @@ _PROVIDER_RULES: list[Any] = [
     _when([p for p in registry.PROVIDERS if p not in registry.STORING_PROVIDERS],
           {"properties": {"store": _NULL}}),
     _when("replay", {"required": ["replay"]}, {"properties": {"replay": _NULL}}),
-    _when(list(kc.OFFLINE_PROVIDERS), {"properties": {"price": _NULL, "api_key_env": _NULL}}),
+    _when(RECORDED, {"required": ["lineage"]}, {"properties": {"lineage": _NULL}}),
+    _when(list(_OFFLINE), {"properties": {"price": _NULL, "api_key_env": _NULL,
+                                          "base_url": _NULL}}),
     _when(
         list(PAID_PROVIDERS),
         {
@@ -333,12 +215,13 @@ _PROVIDER_RULES: list[Any] = [
 ]
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     model_config = ConfigDict(
         extra="forbid", strict=True, frozen=True, json_schema_extra={"allOf": _PROVIDER_RULES}
     )
 
-    provider: Provider = Field(description="anthropic | openai | openai-compatible | replay | echo")
+    provider: Provider = Field(
+        description="anthropic | openai | openai-compatible | replay | echo | recorded")
     name: str = Field(
         default="",
         validate_default=True,
@@ -352,7 +235,7 @@ class ModelSpec(_Strict):
         description="the API base URL: required for openai-compatible (e.g. "
         "http://127.0.0.1:11434/v1); optional for openai (default https://api.openai.com/v1) "
         "and anthropic (default https://api.anthropic.com): gateways, proxies, test servers",
-        json_schema_extra={"pattern": _URL.pattern},
+        json_schema_extra={"pattern": URL.pattern},
     )
     api_key_env: str | None = Field(
         default=None,
@@ -360,13 +243,20 @@ class ModelSpec(_Strict):
         description="environment variable holding the API key; defaults: ANTHROPIC_API_KEY "
         "(anthropic), OPENAI_API_KEY (openai), null (openai-compatible: a keyless local "
         "server); replay and echo take none",
-        json_schema_extra={"pattern": _ENV_NAME.pattern},
+        json_schema_extra={"pattern": ENV_NAME.pattern},
     )
     replay: PathText | None = Field(
         default=None,
         validate_default=True,
         description="replay only, and required there: a folder of response files (every "
         "non-hidden file, in name order), relative to the spec file's folder",
+    )
+    lineage: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="recorded only, and required there: the lineage whose recorded replies "
+        "answer, in order, from its generation 1 (a fork: from the one after the fork point)",
+        json_schema_extra={"pattern": DNS_LABEL.pattern},
     )
     max_output_tokens: int = Field(default=12000, ge=1, le=MAX_COUNT, description="per request")
     max_prompt_bytes: Size = Field(
@@ -410,6 +300,8 @@ class ModelSpec(_Strict):
                     data["api_key_env"] = DEFAULT_API_KEY_ENV[provider]
                 if "name" not in data and provider in kc.OFFLINE_PROVIDERS:
                     data["name"] = provider
+            elif provider == RECORDED and "name" not in data:
+                data = {**data, "name": provider}
         return data
 
     @field_validator("name")
@@ -420,7 +312,7 @@ class ModelSpec(_Strict):
             raise ValueError(f"required, but missing: provider {provider} needs the model's name")
         if value == "" and provider is None:
             return value  # the provider is wrong; that is the problem to report
-        if not _MODEL_NAME.match(value) or not value.strip():
+        if not whole(MODEL_NAME, value) or not value.strip():
             raise ValueError("a model name is 1-200 printable characters")
         return value
 
@@ -430,7 +322,7 @@ class ModelSpec(_Strict):
         provider = info.data.get("provider")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(
                     f"provider {provider} reaches no server: remove base_url"
@@ -463,14 +355,14 @@ class ModelSpec(_Strict):
     @classmethod
     def _api_key_env(cls, value: str | None, info: ValidationInfo) -> str | None:
         provider = info.data.get("provider")
-        if provider in kc.OFFLINE_PROVIDERS and value is not None:
+        if provider in _OFFLINE and value is not None:
             raise ValueError(f"provider {provider} uses no API key: remove api_key_env")
         if provider in registry.KEYED_PROVIDERS and value is None:
             raise ValueError(
                 f"provider {provider} needs an API key: name the environment variable that "
                 f"holds it (default {DEFAULT_API_KEY_ENV[provider]}), or leave the field out"
             )
-        if value is not None and not _ENV_NAME.match(value):
+        if value is not None and not whole(ENV_NAME, value):
             raise ValueError(f"{value!r} is not an environment variable name")
         return value
 
@@ -507,6 +399,28 @@ class ModelSpec(_Strict):
             raise ValueError(problem)
         return value
 
+    @model_serializer(mode="wrap")
+    def _without_no_lineage(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model that is not ``recorded`` dumps as before ``lineage`` existed: its spec's
+        digest (in saved plans and every observation) stays the same."""
+        dumped: dict[str, Any] = handler(self)
+        if self.lineage is None:
+            dumped.pop("lineage", None)
+        return dumped
+
+    @field_validator("lineage")
+    @classmethod
+    def _lineage(cls, value: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider is not None and provider != RECORDED and value is not None:
+            raise ValueError(f"lineage is only for provider recorded, not {provider}: remove it")
+        if provider == RECORDED and value is None:
+            raise ValueError("provider recorded needs lineage: the name of the lineage whose "
+                             "recorded replies answer")
+        if value is not None and not whole(DNS_LABEL, value):
+            raise ValueError(f"{value!r} is not a lineage name (lowercase letters, digits, '-')")
+        return value
+
     @field_validator("store")
     @classmethod
     def _store(cls, value: bool | None, info: ValidationInfo) -> bool | None:
@@ -535,7 +449,7 @@ class ModelSpec(_Strict):
         provider, name = info.data.get("provider"), info.data.get("name")
         if provider is None:
             return value
-        if provider in kc.OFFLINE_PROVIDERS:
+        if provider in _OFFLINE:
             if value is not None:
                 raise ValueError(f"provider {provider} costs nothing: remove price")
             return value
@@ -549,6 +463,8 @@ class ModelSpec(_Strict):
         return value
 
     def resolved_price(self) -> kc.Price:
+        if self.provider == RECORDED:
+            return kc.FREE
         if self.price is not None:
             return self.price.to_price()
         known = prices.known_price(self.provider, self.name)
@@ -557,7 +473,7 @@ class ModelSpec(_Strict):
         return known
 
 
-class CeilingsSpec(_Strict):
+class CeilingsSpec(Strict):
     wall: Duration = Field(
         default=600, ge=1, le=MAX_SECONDS, description="wall-clock limit of one generation"
     )
@@ -596,95 +512,10 @@ class CeilingsSpec(_Strict):
         "leave in its audit and observation; beyond, requests are answered 429 and counted",
     )
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu_share(cls, value: int, info: ValidationInfo) -> int:
-        wall = info.data.get("wall")
-        if isinstance(wall, int) and value * 100 < wall:
-            raise ValueError(
-                f"cpu {units.format_duration(value)} is less than 1% of wall "
-                f"{units.format_duration(wall)}: the quota cpu / wall must be at least 1%"
-            )
-        return value
+    _cpu_share = field_validator("cpu")(cpu_share)
 
 
-# sbatch options ouro sets itself for each job (an extra option may not override them).
-RESERVED_SBATCH_OPTIONS = frozenset(
-    {"time", "partition", "account", "cpus-per-task", "mem", "signal", "output", "error",
-     "job-name", "array", "wrap", "open-mode", "requeue", "no-requeue"}
-)
-_SBATCH_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\x00-\x1f\x7f]*)?$")
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,128}$")
-
-
-def sbatch_option(text: str) -> tuple[str, str | bool]:
-    """``--name=value`` or ``--flag`` -> (name, value or True); ValueError says what is wrong."""
-    match = _SBATCH_OPTION.match(text)
-    if not match:
-        raise ValueError(
-            f"{text!r} is not an sbatch option: write --name=value or --flag (e.g. --qos=low, "
-            "--constraint=skylake), one per item"
-        )
-    name = match.group(1)
-    if name in RESERVED_SBATCH_OPTIONS:
-        raise ValueError(
-            f"--{name} is set by ouro itself: use the executor's own fields (partition, "
-            "account, time, cpus, memory) instead"
-        )
-    value = match.group(2)
-    return name, True if value is None else value[1:]
-
-
-def _slurm_name(value: str | None) -> str | None:
-    if value is not None and not _SLURM_NAME.match(value):
-        raise ValueError(f"{value!r} is not a Slurm partition or account name")
-    return value
-
-
-def _sbatch_item(value: str) -> str:
-    sbatch_option(value)
-    return value
-
-
-SbatchOption = Annotated[str, AfterValidator(_sbatch_item)]
-
-
-class SlurmSpec(_Strict):
-    partition: str | None = Field(
-        default=None, description="the partition (default: the cluster's)"
-    )
-    account: str | None = Field(default=None, description="the account to charge (default: yours)")
-    time: Duration = Field(
-        default=3600,
-        ge=60,
-        le=MAX_SECONDS,
-        description="time limit of one job; a job starts no generation that could not end "
-        "(wall ceiling) before it, and is requeued for the rest",
-    )
-    cpus: int = Field(default=1, ge=1, le=4096, description="CPUs per job (--cpus-per-task)")
-    memory: Size | None = Field(
-        default=None, ge=1 << 20, le=MAX_BYTES, description="memory per job (--mem); "
-        "default: the cluster's"
-    )
-    sbatch: list[SbatchOption] = Field(
-        default_factory=list,
-        description="extra sbatch options, one per item: --name=value or --flag",
-    )
-
-    @field_validator("partition", "account")
-    @classmethod
-    def _names(cls, value: str | None) -> str | None:
-        return _slurm_name(value)
-
-
-
-class ExecutorSpec(_Strict):
-    slurm: SlurmSpec = Field(
-        default_factory=SlurmSpec, description="jobs for `ouro apply --executor slurm`"
-    )
-
-
-class StorageSpec(_Strict):
+class StorageSpec(Strict):
     path: PathText | None = Field(
         default=None,
         description="the lineage worktree; relative to the spec file's folder; "
@@ -703,7 +534,7 @@ class StorageSpec(_Strict):
     )
 
 
-class InstrumentSpec(_Strict):
+class InstrumentSpec(Strict):
     commit: str | None = Field(
         default=None,
         description="optional pin: refuse to plan or apply unless this instrument is this "
@@ -722,31 +553,7 @@ class InstrumentSpec(_Strict):
         return lowered
 
 
-class ForkSpec(_Strict):
-    """``spec.from``: the lineage is born as a fork of another lineage's generation."""
-
-    lineage: str = Field(
-        description="the parent lineage's name (a spec of this run, else <state dir>/NAME)",
-        json_schema_extra={"pattern": _DNS_LABEL.pattern},
-    )
-    generation: int = Field(
-        ge=1, le=MAX_GENERATIONS,
-        description="the parent's generation whose committed tree is the seed (not a death)")
-    kernel: Literal["running", "parent"] = Field(
-        default="running",
-        description="running: born under this ouro's kernel (new physics); parent: under "
-        "the parent's pinned kernel (a replay with identical physics)")
-
-    @field_validator("lineage")
-    @classmethod
-    def _parent_name(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError(f"{value!r} is not a lineage name (1-63 lowercase letters, "
-                             "digits and '-'): name the parent lineage, e.g. scribe")
-        return value
-
-
-class LineageBody(_Strict):
+class LineageBody(Strict):
     generations: int = Field(
         ge=0, le=MAX_GENERATIONS, description="the desired TOTAL number of generations"
     )
@@ -796,7 +603,7 @@ class LineageBody(_Strict):
         return probe_specs.check_until(value, info.data["probes"])
 
 
-class LineageSpec(_Strict):
+class LineageSpec(Strict):
     """One lineage: ``apiVersion: ouro/v1``, ``kind: Lineage``."""
 
     model_config = ConfigDict(
@@ -817,7 +624,7 @@ class LineageSpec(_Strict):
         return self.metadata.name
 
 
-class LineageSetBody(_Strict):
+class LineageSetBody(Strict):
     """A set's body: ``replicas`` x ``matrix`` members of ``template`` (reconciler.spec.sets).
 
     The template is checked as each member's Lineage spec, after the matrix has
@@ -833,9 +640,11 @@ class LineageSetBody(_Strict):
     )
     template: dict[str, Any] = Field(
         description="a Lineage's spec; matrix keys replace the fields they name")
+    selection: SelectionSpec | None = Field(
+        default=None, description="opt-in selection among the members (docs/selection.md)")
 
 
-class LineageSetSpec(_Strict):
+class LineageSetSpec(Strict):
     """A set of lineages: ``apiVersion: ouro/v1``, ``kind: LineageSet``."""
 
     api_version: Literal["ouro/v1"] = Field(alias="apiVersion")
@@ -846,78 +655,3 @@ class LineageSetSpec(_Strict):
     @property
     def name(self) -> str:
         return self.metadata.name
-
-
-_POSITIVE = {
-    units.SIZE_PATTERN: units.POSITIVE_SIZE_PATTERN,
-    units.DURATION_PATTERN: units.POSITIVE_DURATION_PATTERN,
-}
-
-
-def _unit_bounds(model: type[BaseModel], properties: dict[str, Any]) -> None:
-    """A unit field's ``ge``/``le`` into its schema: the integer branch's minimum and
-    maximum, and for ``ge >= 1`` the string pattern that refuses zero. (The largest
-    string, e.g. ``99999999T``, is beyond what a pattern can bound: ouro refuses it.)"""
-    for name, info in model.model_fields.items():
-        schema = properties.get(info.alias or name)
-        if not isinstance(schema, dict) or "anyOf" not in schema:
-            continue
-        low = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
-        high = next((m.le for m in info.metadata if hasattr(m, "le")), None)
-        branches = [b for b in schema["anyOf"] if isinstance(b, dict)]
-        for branch in branches:
-            if branch.get("type") == "integer":
-                if low is not None:
-                    branch["minimum"] = low
-                if high is not None:
-                    branch["maximum"] = high
-            elif branch.get("pattern") in _POSITIVE and low is not None and low >= 1:
-                branch["pattern"] = _POSITIVE[branch["pattern"]]
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of one spec document (what ``ouro schema`` prints): the models'
-    own schema, with every unit field's bounds (see ``_unit_bounds``)."""
-    schema = LineageSpec.model_json_schema(by_alias=True, mode="validation")
-    definitions = schema.get("$defs", {})
-    for model in (LineageSpec, Metadata, LineageBody, ModelSpec, PriceSpec, CeilingsSpec,
-                  StorageSpec, InstrumentSpec, probe_specs.ProbeCeilingsSpec):
-        target = schema if model is LineageSpec else definitions.get(model.__name__, {})
-        _unit_bounds(model, target.get("properties", {}))
-    _with_sets(schema)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-def _with_sets(schema: dict[str, Any]) -> None:
-    """Both kinds in one schema: the same four fields, ``spec`` chosen by ``kind`` (oneOf).
-
-    A set's template is LineageBody's schema with nothing required (a matrix key may
-    supply any field); its values are checked per member by the loader."""
-    definitions = schema.setdefault("$defs", {})
-    body = schema["properties"]["spec"]
-    template = {k: v for k, v in definitions["LineageBody"].items() if k != "required"}
-    template["title"] = "LineageTemplate"
-    definitions["LineageTemplate"] = template
-    definitions["LineageSetBody"] = {
-        "additionalProperties": False,
-        "description": LineageSetBody.__doc__.split("\n")[0] if LineageSetBody.__doc__ else "",
-        "properties": {
-            "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS,
-                         "default": 1, "description": "members per matrix cell"},
-            "matrix": {"type": "object", "default": {},
-                       "propertyNames": {"pattern": r"^[a-z_]+(\.[a-z_]+)*$"},
-                       "additionalProperties": {"type": "array", "minItems": 1},
-                       "description": "spec field paths to the values they take"},
-            "template": {"$ref": "#/$defs/LineageTemplate"},
-        },
-        "required": ["template"],
-        "title": "LineageSetBody",
-        "type": "object",
-    }
-    schema["properties"]["kind"] = {"enum": [KIND, SET_KIND], "title": "Kind", "type": "string"}
-    schema["properties"]["spec"] = {"description": "by kind: a LineageBody or a LineageSetBody"}
-    schema["oneOf"] = [
-        {"properties": {"kind": {"const": KIND}, "spec": body}},
-        {"properties": {"kind": {"const": SET_KIND},
-                        "spec": {"$ref": "#/$defs/LineageSetBody"}}},
-    ]

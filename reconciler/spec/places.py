@@ -33,6 +33,7 @@ from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from reconciler.kernel.base.config import METADATA_FILE
+from reconciler.spec.links import link_between, link_problem
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -80,6 +81,10 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def replay_problem(folder: Path, spec_dir: Path) -> str | None:
     """Why ``folder`` cannot be a replay folder of a spec in ``spec_dir`` (None: it can)."""
+    link = link_between(Path(os.path.abspath(spec_dir)), folder)
+    if link is not None:
+        return (f"the replay folder {str(folder)!r} is reached through a link: "
+                + link_problem(str(link), "folder"))
     tree = _resolved(spec_dir)
     real = _resolved(folder)
     if not _inside(real, tree):

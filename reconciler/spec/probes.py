@@ -11,27 +11,31 @@ rename keeps its results and any other change is a new digest.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from reconciler.spec import units
+from reconciler.spec.fieldtypes import Strict, cpu_share
+from reconciler.spec.files import FileRefused, read_limited
+from reconciler.spec.links import link_between, link_problem
+from reconciler.spec.names import METRIC_NAME, PROBE_NAME
 
 __all__ = [
     "MAX_PROBES",
@@ -57,10 +61,9 @@ MAX_PROBES = 32
 MAX_ARGS = 64
 MAX_ARG_CHARS = 4096
 MAX_UNTIL = 32
+MAX_DECLARED_METRICS = 256  # what one measurement may print (engine.probes.output)
 MAX_PROBE_FILES = 1000
 MAX_PROBE_FILES_BYTES = 16 << 20
-PROBE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _MAX_PROBE_SECONDS = 86400
 _MAX_PROBE_MEMORY = 64 << 30
 
@@ -80,11 +83,7 @@ _ProbeSize = Annotated[
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ProbeCeilingsSpec(_Strict):
+class ProbeCeilingsSpec(Strict):
     wall: _ProbeDuration = Field(default=60, ge=1, le=_MAX_PROBE_SECONDS,
                                  description="wall-clock limit of one measurement")
     cpu: _ProbeDuration = Field(default=30, ge=1, le=_MAX_PROBE_SECONDS,
@@ -92,15 +91,7 @@ class ProbeCeilingsSpec(_Strict):
     memory: _ProbeSize = Field(default=512 << 20, ge=1 << 20, le=_MAX_PROBE_MEMORY,
                                description="memory limit of one measurement")
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu_share(cls, value: int, info: ValidationInfo) -> int:
-        wall = info.data.get("wall")
-        if isinstance(wall, int) and value * 100 < wall:
-            raise ValueError(
-                f"cpu {units.format_duration(value)} is less than 1% of wall "
-                f"{units.format_duration(wall)}: the quota cpu / wall must be at least 1%")
-        return value
+    _cpu_share = field_validator("cpu")(cpu_share)
 
 
 def confined_problem(folder: Path, spec_dir: Path, what: str) -> str | None:
@@ -173,10 +164,10 @@ def read_probe_files(folder: Path) -> ProbeFiles:
                     f"the probe files {str(folder)!r} hold more than {MAX_PROBE_FILES} files or "
                     f"{MAX_PROBE_FILES_BYTES >> 20} MiB: a probe's files are small; move data "
                     "elsewhere")
-            try:
-                data = path.read_bytes()
-            except OSError as error:
-                raise ValueError(f"cannot read {str(path)!r}: {error.strerror}") from error
+            try:  # O_NOFOLLOW: a file replaced by a link since lstat is not followed
+                data = read_limited(path, MAX_PROBE_FILES_BYTES, "a probe file", follow=False)
+            except FileRefused as error:
+                raise ValueError(f"cannot read {str(path)!r}: {error}") from error
             rel = path.relative_to(folder).as_posix()
             found.append((rel, bool(info.st_mode & 0o111), data))
     return ProbeFiles(tuple(sorted(found)))
@@ -190,7 +181,7 @@ def _files_path(value: Any) -> Any:
     return value
 
 
-class ProbeSpec(_Strict):
+class ProbeSpec(Strict):
     name: str = Field(description="the probe's name: lowercase letters, digits and '-'",
                       pattern=PROBE_NAME.pattern)
     run: list[str] = Field(min_length=1, max_length=MAX_ARGS,
@@ -200,6 +191,32 @@ class ProbeSpec(_Strict):
                      WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})] = Field(
         default=None, description="a folder beside the spec, read-only at /probe")
     ceilings: ProbeCeilingsSpec = Field(default_factory=ProbeCeilingsSpec)
+    metrics: list[Annotated[str, Field(pattern=METRIC_NAME.pattern)]] | None = Field(
+        default=None, max_length=MAX_DECLARED_METRICS,
+        description="the metrics the probe prints (optional): an until naming another is "
+        "refused at validate; not part of the probe's digest")
+
+    @model_serializer(mode="wrap")
+    def _without_no_metrics(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A probe that declares no metrics dumps as before ``metrics`` existed: the spec's
+        digest (its canonical dump's sha256, in every observation) stays the same."""
+        dumped: dict[str, Any] = handler(self)
+        if self.metrics is None:
+            dumped.pop("metrics", None)
+        return dumped
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("metrics lists the metrics the probe prints: name at least "
+                                 "one, or leave the field out")
+            twice = sorted({name for name in value if value.count(name) > 1})
+            if twice:
+                raise ValueError(f"metrics names {', '.join(map(repr, twice))} twice: "
+                                 "each once")
+        return value
 
     @field_validator("run")
     @classmethod
@@ -222,6 +239,10 @@ class ProbeSpec(_Strict):
         if base is None:
             return value
         folder = Path(os.path.normpath(value if value.is_absolute() else Path(base) / value))
+        link = link_between(Path(os.path.abspath(base)), folder)
+        if link is not None:
+            raise ValueError(f"the probe files folder {str(folder)!r} is reached through a "
+                             "link: " + link_problem(str(link), "folder"))
         problem = confined_problem(folder, Path(base), "probe files folder")
         if problem is not None:
             raise ValueError(problem)
@@ -232,7 +253,7 @@ class ProbeSpec(_Strict):
         return folder
 
 
-class UntilSpec(_Strict):
+class UntilSpec(Strict):
     probe: str = Field(description="the name of a probe of this spec")
     metric: str = Field(description="a metric that probe prints", pattern=METRIC_NAME.pattern)
     at_least: float | int | None = Field(default=None,
@@ -266,13 +287,22 @@ def check_probes(value: list[ProbeSpec]) -> list[ProbeSpec]:
 
 
 def check_until(value: list[UntilSpec], probes: list[ProbeSpec] | None) -> list[UntilSpec]:
-    """``spec.until``: each condition names a probe of the spec."""
-    names = [p.name for p in probes or []]
-    for condition in value:
-        if condition.probe not in names:
-            known = ", ".join(names) or "none"
+    """``spec.until``: each condition names a probe of the spec, and a metric it declares
+    when it declares its metrics (a typo could otherwise never be met)."""
+    by_name = {p.name: p for p in probes or []}
+    for i, condition in enumerate(value):
+        probe = by_name.get(condition.probe)
+        if probe is None:
+            known = ", ".join(by_name) or "none"
             raise ValueError(f"until names the probe {condition.probe!r}, which spec.probes "
                              f"does not define (probes: {known})")
+        if probe.metrics is not None and condition.metric not in probe.metrics:
+            close = difflib.get_close_matches(condition.metric, probe.metrics, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(
+                f"until[{i}] names the metric {condition.metric!r} of probe {probe.name!r}, "
+                f"which declares only {', '.join(probe.metrics)}: {hint}name one of them, or "
+                "add it to the probe's metrics")
     return value
 
 

@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from reconciler.spec.names import DNS_LABEL, whole
+
 __all__ = ["Requirement", "Selector", "SelectorError", "parse", "select"]
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _KEY = r"[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?"
 _VALUE = r"[A-Za-z0-9._/-]*"
 _EQUALITY = re.compile(rf"^\s*({_KEY})\s*(==|=|!=)\s*({_VALUE})\s*$")
@@ -95,7 +96,7 @@ def _requirement(part: str, text: str) -> Requirement:
 
 def parse(text: str) -> Selector:
     """A lineage name, or a label selector; ``SelectorError`` with the syntax otherwise."""
-    if _NAME.match(text):
+    if whole(DNS_LABEL, text):
         return Selector(text, name=text)
     if not text.strip():
         raise SelectorError("--select '': give a lineage name or a label selector")

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.spec.selection import SelectionSpec
+
 __all__ = [
     "INDEX_DIGITS",
     "Cell",
@@ -158,6 +160,7 @@ class Membership:
     replica: int
     matrix: dict[str, Any]
     orphaned: bool = False
+    selection: SelectionSpec | None = None  # the set's spec.selection (None: no selection)
 
 
 def orphan_membership(set_name: str, name: str,
@@ -173,7 +176,7 @@ def orphan_membership(set_name: str, name: str,
 def member_pattern(set_name: str) -> re.Pattern[str]:
     """Names a member of this set has or had: ``<set>-<i>``, ``<set>-[<slug>-]<hex6>-<i>``."""
     return re.compile(rf"^{re.escape(set_name)}-(?:(?:[a-z0-9-]*-)?[0-9a-f]{{{DIGEST_HEX}}}-)?"
-                      rf"(?:0|[1-9][0-9]{{0,{INDEX_DIGITS - 1}}})$")
+                      rf"(?:0|[1-9][0-9]{{0,{INDEX_DIGITS - 1}}})\Z")
 
 
 def set_of(labels: Mapping[str, str]) -> str | None:

@@ -32,6 +32,7 @@ __all__ = [
     "describe",
     "format_duration",
     "format_size",
+    "kind",
     "parse_duration",
     "parse_money",
     "parse_size",
@@ -73,18 +74,28 @@ _short.maxdict = 4
 _short.maxlevel = 2
 
 
-def describe(value: Any) -> str:
-    """A short, safe rendering of a YAML value for error messages."""
-    kind = {bool: "boolean", int: "integer", float: "float", str: "string"}.get(
-        type(value), type(value).__name__
-    )
+def _scalar_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string"}.get(
+        type(value), type(value).__name__)
+
+
+def kind(value: Any) -> str:
+    """What a value is, without any of it: "a string", "an integer", "null", "a mapping"."""
     if value is None:
         return "null"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return f"{kind} {_short.repr(value)}"
+    name = _scalar_type(value)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def describe(value: Any) -> str:
+    """A short, safe rendering of a YAML value for error messages (``kind`` and the value)."""
+    if value is None or isinstance(value, dict | list):
+        return kind(value)
+    return f"{_scalar_type(value)} {_short.repr(value)}"
 
 
 def parse_size(value: Any) -> int:

@@ -76,6 +76,7 @@ from reconciler.state.audit_objects import (
     unreadable_since,
 )
 from reconciler.state.forks import check_ancestry
+from reconciler.state.probe_rules import RULES
 from reconciler.state.probes import check_records
 from reconciler.state.repos import open_repo
 
@@ -88,7 +89,6 @@ __all__ = [
     "Resume",
     "accounted_spend",
     "audit_lineage",
-    "audit_lineages",
     "exception_class_name",
     "observation_valid",
     "restored_organism",
@@ -131,6 +131,7 @@ CODES: Mapping[str, str] = {
     "probe-record-commit": "a probe record names another commit than its generation's",
     "probe-record-digest": "a probe record's digest is not its probe's (argv, files, ceilings)",
     "probe-record-invalid": "a probe record is not a JSON object",
+    **{f"probe-record-{rule}": text for rule, text in RULES.items()},
     "fork-parent-commit": "a fork's recorded commit is not that generation of its parent",
     "fork-seed-mismatch": "a fork's seed is not its parent's generation tree (docs/contract.md)",
     "fork-record-disagrees": "a fork's two metadata files record different ancestries",
@@ -900,18 +901,30 @@ def _run(audit: _Audit) -> None:
 def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]],
                    root: pygit2.Commit) -> None:
     """The probe records (``reconciler.state.probes``): each names its generation's commit
-    (generation 0's: the seed, the root commit), each digest is its probe's."""
+    (generation 0's: the seed, the root commit), each digest is its probe's, each holds
+    what ouro's writer writes (``probe_rules``)."""
     commits = {number: str(oid) for number, (oid, _) in generations.items()}
     if not formats.is_generation_subject(_subject(root)):
         commits[0] = str(root.id)
     for kind, found in check_records(audit.paths, commits):
         number = found or None  # the seed's record: the lineage's (reports count from 1)
-        if kind == "commit":
-            audit.find("probe-record-commit", number)
-        elif kind == "digest":
-            audit.find("probe-record-digest", number)
-        else:
-            audit.find("probe-record-invalid", number)
+        match kind:  # (each code by name: the codes' test reads them here)
+            case "commit":
+                audit.find("probe-record-commit", number)
+            case "digest":
+                audit.find("probe-record-digest", number)
+            case "name":
+                audit.find("probe-record-name", number)
+            case "metric-name":
+                audit.find("probe-record-metric-name", number)
+            case "number":
+                audit.find("probe-record-number", number)
+            case "size":
+                audit.find("probe-record-size", number)
+            case "kind":
+                audit.find("probe-record-kind", number)
+            case _:
+                audit.find("probe-record-invalid", number)
 
 
 def exception_class_name(error: BaseException) -> str | None:
@@ -963,10 +976,6 @@ def audit_lineage(paths: LineagePaths, name: str | None = None,
         observation_commits=audit.observation_commits,
         ancestry=ancestry,
     )
-
-
-def audit_lineages(items: Iterable[tuple[str, LineagePaths]]) -> list[LineageAudit]:
-    return [audit_lineage(paths, name) for name, paths in items]
 
 
 def _elapsed_ms(started: float) -> int:

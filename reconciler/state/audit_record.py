@@ -44,6 +44,7 @@ from reconciler.kernel.base import formats, totals
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.identity import OBJECT_ID
 from reconciler.kernel.transaction import publish
+from reconciler.ownfiles import read_regular
 from reconciler.state import audit, audit_objects
 from reconciler.state.audit import LineageAudit, Resume, audit_lineage
 from reconciler.state.audit_objects import ObjectStore
@@ -277,9 +278,8 @@ def load(record_dir: Path, paths: LineagePaths) -> Record | None:
     if seal is None:
         return None
     try:
-        with open(record_file(record_dir, paths), "rb") as handle:
-            data = handle.read(MAX_RECORD_BYTES + 1)
-        if len(data) > MAX_RECORD_BYTES:
+        data = read_regular(record_file(record_dir, paths), MAX_RECORD_BYTES, own_folder=True)
+        if data is None:
             return None
         return _decode(data, paths, seal)
     except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError,
@@ -294,6 +294,9 @@ def _store(record_dir: Path, paths: LineagePaths, resume: Resume, taken: Snapsho
 
 
 def _discard(record_dir: Path, paths: LineagePaths) -> None:
+    """Forget the record; never through a linked ``.audits`` (nothing in its target)."""
+    if os.path.islink(record_dir):
+        return
     try:
         os.unlink(record_file(record_dir, paths))
     except OSError:

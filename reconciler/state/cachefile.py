@@ -12,7 +12,10 @@ who can read the secret (the same user, root) can seal a forgery; the repositori
 the state, and ``ouro verify --full`` reads them without any record.
 
 A cache is written atomically (``reconciler.ownfiles.write_atomic``: no link followed,
-nothing but a regular file replaced) in a folder made 0700, and simply not written when
+nothing but a regular file replaced) in a folder made 0700 (a cache folder that is a link
+is replaced by one, its target untouched: nothing is written through it), and read back
+only by ``reconciler.ownfiles.read_regular`` (no link, a regular file, a bounded size;
+anything else is absent and rebuilt), and simply not written when
 it cannot be: a cache that is missing costs a rebuild, never a failure. A state dir or
 cache folder others can write, or a key file that is not a private regular file, is
 refused (``PathRefused``) naming the fix.
@@ -154,7 +157,7 @@ def cache_seal(cache_dir: Path, *, create: bool) -> CacheSeal | None:
 def _read_seal(cache_dir: Path, *, create: bool) -> CacheSeal | None:
     state = cache_dir.parent
     check_private(state, "the state dir")
-    check_private(cache_dir, "the cache folder")
+    check_private(cache_dir, "the cache folder", own=True)
     try:
         return CacheSeal(_read_key(state / KEY_FILE))
     except FileNotFoundError:
@@ -169,11 +172,26 @@ def _read_seal(cache_dir: Path, *, create: bool) -> CacheSeal | None:
         return None
 
 
+def _drop_planted(target: Path) -> None:
+    """A link, FIFO or device at a cache's name (never ouro's: it writes regular files) is
+    removed, itself, not what it names: the cache is rebuilt in its place."""
+    parent = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.stat(target.name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+            os.unlink(target.name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(parent)
+
+
 def write_cache(target: Path, data: bytes) -> bool:
     """Write ``data`` to ``target``; False (nothing left behind) when it cannot be written."""
     try:
-        private_folder(target.parent, "the cache folder")
-        write_atomic(target, data, what="the cache file")
-    except OSError:
+        private_folder(target.parent, "the cache folder", replace_link=True)
+        _drop_planted(target)
+        write_atomic(target, data, what="the cache file", own_folder=True)
+    except (OSError, PathRefused):
         return False
     return True

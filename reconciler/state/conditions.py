@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.envelope import envelope
-from reconciler.spec.files import FileRefused, read_limited
+from reconciler.ownfiles import read_regular
 from reconciler.state.holders import held_by
 
 __all__ = ["CONDITION_TYPES", "CONTROLLER_DIR", "KIND", "STATUS_FILE", "Condition",
@@ -117,9 +117,9 @@ def _lineage(name: str, data: Any) -> LineageConditions | None:
 def read_status(state_dir: Path) -> ControllerStatus | None:
     """The controller's last document in ``state_dir``, or None (none, or unreadable)."""
     try:
-        data = json.loads(read_limited(status_path(state_dir), _MAX_BYTES,
-                                       "the controller's status", follow=False))
-    except (FileRefused, ValueError):
+        data = json.loads(read_regular(status_path(state_dir), _MAX_BYTES, own_folder=True)
+                          or b"null")
+    except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("kind") != KIND \
             or not isinstance(data.get("controller"), dict):

@@ -39,7 +39,7 @@ def _checked(folder: Path) -> Path:
     """A cache folder of the state dir, both refused if others can write them (their
     caches are sealed with a key that such a party could have replaced)."""
     check_private(folder.parent, "the state dir")
-    check_private(folder, "the cache folder")
+    check_private(folder, "the cache folder", own=True)
     return folder
 
 

@@ -40,7 +40,9 @@ __all__ = [
     "check_ancestry",
     "fork_journal",
     "fork_record",
+    "holds_commit",
     "read_source",
+    "recorded_ancestry",
     "seed_differences",
     "tree_blob",
 ]
@@ -234,6 +236,30 @@ def ancestry_record(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None
     """A lineage's ancestry record from its root metadata (None: not a fork)."""
     record = (metadata or {}).get(FORK_KEY)
     return record if isinstance(record, dict) else None
+
+
+def recorded_ancestry(paths: LineagePaths) -> dict[str, Any] | None:
+    """A lineage's ancestry record read in one blob: its observation metadata's (the
+    observation branch head's, which verify holds equal to the root's), else, when that
+    does not read, its root metadata's (a walk to the root). None: not a fork."""
+    found = _observation_metadata(paths)
+    if found:
+        return ancestry_record(found)
+    from reconciler.state.birth import birth
+
+    return ancestry_record(birth(paths).metadata)
+
+
+def holds_commit(paths: LineagePaths, commit: object) -> bool:
+    """The lineage at ``paths`` has commit ``commit`` (a fork's parent is the recorded one:
+    another lineage born under its name has not)."""
+    opened = _open(paths) if isinstance(commit, str) else None
+    if opened is None:
+        return False
+    try:
+        return isinstance(opened[0].get(str(commit)), pygit2.Commit)
+    except _ERRORS:
+        return False
 
 
 def seed_differences(repo: pygit2.Repository, seed: pygit2.Tree, parent_repo: pygit2.Repository,

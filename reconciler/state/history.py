@@ -20,6 +20,7 @@ from reconciler.state.repos import Lineage, Repo, open_repo
 from reconciler.state.summaries import GenerationRow, LineageSummary
 
 __all__ = [
+    "SHOW_LIMITS",
     "DiffLimits",
     "FileDiff",
     "GenerationDetail",
@@ -58,6 +59,13 @@ class DiffLimits:
     body_chars: int
 
 
+# What `ouro show` reads of a generation's diff without --full (issue 36: a 100 MB diff
+# took 67 s and 760 MB): the rest is one `ouro diff NAME A B` (or `show --full`) away.
+SHOW_LIMITS = DiffLimits(files=2_000, patch_chars=64 << 10, total_chars=256 << 10,
+                         body_chars=4 << 20)
+_CUT = ("\n... (cut at ", "... (not shown")  # what ``_files`` and ``_unread`` say of a cut
+
+
 @dataclass(frozen=True)
 class GenerationDetail:
     row: GenerationRow
@@ -68,6 +76,7 @@ class GenerationDetail:
     body: str | None  # organism.el as committed by the previous generation: the body that ran
     record: dict[str, Any] | None  # the observation, as recorded
     files_total: int = 0  # files the diff changes (``diff`` may list fewer: DiffLimits)
+    diff_cut: bool = False  # ``diff`` is not all of it (DiffLimits): files or patches cut
     body_chars: int | None = None  # characters of the whole body, when cut (DiffLimits)
 
 
@@ -267,15 +276,18 @@ def detail(paths: LineagePaths, summary: LineageSummary, generation: int,
         parent = repo.commit(commit.parent_ids[0])
         if parent is not None:
             ran = parent  # the tree the generation started from: what it loaded
+    files = _files(repo.raw, diff, limits)
     return GenerationDetail(
         row=row,
         commit=str(commit.id),
         parent=str(previous.id) if previous is not None else None,
         journal_entry=journal_entry(journal, generation) if journal is not None else None,
-        diff=_files(repo.raw, diff, limits),
+        diff=files,
         body=_text(repo.raw, ran, ORGANISM_FILE, limits.body_chars if limits else None),
         record=record(paths, generation),
         files_total=len(diff),
+        diff_cut=limits is not None and (len(files) < len(diff) or any(
+            mark in item.patch for item in files for mark in _CUT)),
         body_chars=_blob_size(repo.raw, ran, ORGANISM_FILE) if limits else None,
     )
 

@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.spec.files import FileRefused, read_limited
+from reconciler.ownfiles import read_regular
 
 __all__ = ["Holder", "held_by", "holder_path", "lock_path", "read_holder"]
 
@@ -56,9 +56,8 @@ def holder_path(git_dir: Path) -> Path:
 
 def read_holder(git_dir: Path) -> Holder:
     try:
-        data = json.loads(read_limited(holder_path(git_dir), _MAX_HOLDER_BYTES, "a lock record",
-                                       follow=False))
-    except (FileRefused, ValueError):
+        data = json.loads(read_regular(holder_path(git_dir), _MAX_HOLDER_BYTES) or b"null")
+    except (OSError, ValueError):
         return Holder(None, None, None, None)
     if not isinstance(data, dict):
         return Holder(None, None, None, None)

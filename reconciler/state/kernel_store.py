@@ -50,6 +50,7 @@ import pygit2
 from reconciler.errors import KernelStoreError
 from reconciler.kernel.base import identity as kernel_identity
 from reconciler.kernel.base.config import ENTRY_METADATA_KEY, Identity
+from reconciler.ownfiles import read_regular
 
 __all__ = [
     "BYTECODE_DIR",
@@ -172,9 +173,16 @@ def _check_exact(path: Path, files: list[str], sources: dict[str, bytes],
             raise _damaged(path, f"byte code {name} is not the one recorded")
 
 
+_MAX_ENTRY_BYTES = 16 << 20  # an entry lists a few hundred files' digests
+
+
 def _record(path: Path, fingerprint: str) -> dict[str, Any]:
     try:
-        record = json.loads((path / ENTRY_FILE).read_bytes())
+        data = read_regular(path / ENTRY_FILE, _MAX_ENTRY_BYTES)
+        if data is None:
+            raise OSError("not a regular file of at most "
+                          f"{_MAX_ENTRY_BYTES} bytes (a link, a device, or too large)")
+        record = json.loads(data)
     except (OSError, ValueError) as exc:
         raise _damaged(path, f"{ENTRY_FILE} unreadable: {exc}") from exc
     if not isinstance(record, dict) or record.get("schema") not in ENTRY_SCHEMAS:
@@ -241,7 +249,8 @@ class KernelStore:
         if not kernel_identity.is_object_id(commit):
             return None
         try:
-            text = (self.root / COMMITS_DIR / commit).read_text(encoding="ascii").strip()
+            text = (read_regular(self.root / COMMITS_DIR / commit, 4096) or b""
+                    ).decode("ascii").strip()
         except (OSError, UnicodeDecodeError):
             return None
         return text if _FINGERPRINT.match(text) else None

@@ -37,6 +37,7 @@ from reconciler.kernel.base.config import (
     LineagePaths,
 )
 from reconciler.kernel.base.refusals import ProblemCode
+from reconciler.ownfiles import read_regular
 from reconciler.state import observed_cache
 from reconciler.state.branches import (
     DeclaredSpec,
@@ -445,19 +446,15 @@ def _compare_with_history(
             )
 
 
+_MAX_MARKER_BYTES = 1 << 20  # an intent marker is a few hundred bytes
+
+
 def _read_marker(git_dir: Path) -> tuple[bool, dict[str, Any] | None]:
     if not os.path.lexists(os.path.join(git_dir, INTENT_MARKER)):
         return False, None  # (asked by name first: this runs for every lineage of a fleet)
-    path = git_dir / INTENT_MARKER
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return False, None
-    except OSError:
-        return True, None
-    try:
-        data = json.loads(text)
-    except ValueError:
+    try:  # a link, a FIFO or a marker past the bound: there, but none to read
+        data = json.loads(read_regular(git_dir / INTENT_MARKER, _MAX_MARKER_BYTES) or b"null")
+    except (OSError, ValueError):
         return True, None
     valid = isinstance(data, dict) and data.get("schema") == formats.MARKER_SCHEMA
     return True, data if valid else None

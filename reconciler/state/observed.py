@@ -107,9 +107,5 @@ class Observed:
     def all_exist(self) -> bool:
         return self.worktree_exists and self.git_dir_exists and self.observations_exist
 
-    @property
-    def last_status(self) -> formats.Status | None:
-        return self.last_generation.status if self.last_generation else None
-
     def problem(self, code: ProblemCode) -> ReadProblem | None:
         return next((p for p in self.problems if p.code == code), None)

@@ -35,6 +35,7 @@ from typing import Any
 
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.formats import OBSERVATION_METADATA_FILE
+from reconciler.ownfiles import read_regular
 from reconciler.state.branches import Recorded
 from reconciler.state.cachefile import CacheSeal, cache_key, cache_seal, write_cache
 from reconciler.state.observed import GenerationCommit, Observed
@@ -205,14 +206,11 @@ def _load(cache_dir: Path, paths: LineagePaths, seal: CacheSeal,
     """The body of the record believed at ``found`` and its constraints text, or None."""
     try:
         key = cache_key(paths)
-        fd = os.open(_file(cache_dir, paths, key), os.O_RDONLY | os.O_CLOEXEC)
-        try:  # read whole at once (a read of _MAX_BYTES would allocate that much)
-            size = os.fstat(fd).st_size
-            if size > _HEADER_BYTES + _MAX_BYTES:
-                return None
-            line, _, rest = os.read(fd, size + 1).partition(b"\n")
-        finally:
-            os.close(fd)
+        data = read_regular(_file(cache_dir, paths, key), _HEADER_BYTES + _MAX_BYTES,
+                            own_folder=True)
+        if data is None:
+            return None
+        line, _, rest = data.partition(b"\n")
         header = json.loads(line) if len(line) < _HEADER_BYTES else None
         if not isinstance(header, dict) or header.get("heads") != _fields(found) or (
                 header.get("schema") != SCHEMA or header.get("key") != key

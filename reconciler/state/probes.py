@@ -21,6 +21,7 @@ from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.spec.probes import digest_of
+from reconciler.state.probe_rules import record_problem
 from reconciler.state.repos import READ_ERRORS, Repo, first_line, open_repo
 
 __all__ = [
@@ -122,7 +123,9 @@ def coverage(paths: LineagePaths,
 
 
 def records(paths: LineagePaths, repo: Repo | None = None) -> list[ProbeRecord]:
-    """Every readable record, by digest then generation."""
+    """Every readable record that holds what ouro's writer writes
+    (``probe_rules.record_problem``: a forged one is believed by no reader; ``ouro
+    verify`` names it), by digest then generation."""
     found = _head_tree(paths, repo)
     if found is None:
         return []
@@ -132,7 +135,7 @@ def records(paths: LineagePaths, repo: Repo | None = None) -> list[ProbeRecord]:
         probe = _json(repo, folder[PROBE_FILE].id) if PROBE_FILE in folder else None
         for number, oid in sorted(_numbers(repo, folder)):
             record = _json(repo, oid)
-            if isinstance(record, dict):
+            if isinstance(record, dict) and record_problem(record) is None:
                 out.append(ProbeRecord(digest, number, record,
                                        probe if isinstance(probe, dict) else {}))
     return out
@@ -193,7 +196,7 @@ def _current_digests(paths: LineagePaths, names: set[str]) -> dict[str, str]:
             words = commit.message.split(":", 1)[0].split()
             if len(words) == 3 and words[0] == "probe" and words[1] not in found:
                 found[words[1]] = words[2]
-            if len(found) == len(names):
+            if names <= found.keys():  # (a forged record's commit may name another)
                 break
     except READ_ERRORS:
         pass
@@ -226,10 +229,10 @@ def columns(paths: LineagePaths) -> dict[int, dict[str, Any]]:
 
 
 def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[tuple[str, int]]:
-    """``ouro verify``'s findings about the probe records (commit | digest | invalid,
-    generation): each names
-    its generation's commit of this lineage, and each digest is its probe.json's body's
-    (with the files tree stored beside it)."""
+    """``ouro verify``'s findings about the probe records (commit | digest | invalid | a
+    rule of ``probe_rules.RULES``, generation): each names its generation's commit of this
+    lineage, each digest is its probe.json's body's (with the files tree stored beside
+    it), and each holds what ouro's writer writes."""
     found: list[tuple[str, int]] = []
     head = _head_tree(paths)
     if head is None:
@@ -248,6 +251,9 @@ def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[t
             if not isinstance(record, dict):
                 found.append(("invalid", number))
                 continue
+            broken = record_problem(record)
+            if broken is not None:
+                found.append((broken[0], number))
             if not digest_ok or record.get("digest") != digest:
                 found.append(("digest", number))
             if record.get("generation") != number or generations.get(number) is None \
@@ -257,6 +263,7 @@ def check_records(paths: LineagePaths, generations: Mapping[int, str]) -> list[t
 
 
 FAILURE_CHARS = 200  # a probe failure's reason as a table keeps it
+STDERR_SHOWN = 1_024  # the end of a failed probe's stderr as a table keeps it
 
 
 @dataclass(frozen=True)
@@ -269,6 +276,9 @@ class ProbeTable:
     values: dict[str, dict[int, Any]]
     failures: dict[str, dict[int, str]]
     probe_of: dict[str, str] = field(default_factory=dict)
+    # each failure's end of stderr, as its record keeps it (``stderr_tail``), cut to its
+    # last STDERR_SHOWN characters (probe -> generation -> text; absent: none recorded)
+    stderr_tails: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def plottable(self) -> list[str]:
         """The columns with at least one number or boolean, sorted."""
@@ -281,6 +291,7 @@ def table(paths: LineagePaths) -> ProbeTable:
     values: dict[str, dict[int, Any]] = {}
     failures: dict[str, dict[int, str]] = {}
     probe_of: dict[str, str] = {}
+    tails: dict[str, dict[int, str]] = {}
     for number, found in latest(paths).items():
         for item in found:
             name = str(item.record.get("probe"))
@@ -289,8 +300,11 @@ def table(paths: LineagePaths) -> ProbeTable:
             if failure is not None or not isinstance(measured, dict):
                 reason = str(failure) if failure is not None else "no metrics recorded"
                 failures.setdefault(name, {})[number] = reason[:FAILURE_CHARS]
+                tail = item.record.get("stderr_tail")
+                if isinstance(tail, str) and tail.strip():
+                    tails.setdefault(name, {})[number] = tail[-STDERR_SHOWN:]
                 continue
             for metric, value in measured.items():
                 values.setdefault(f"probe.{name}.{metric}", {})[number] = value
                 probe_of[f"probe.{name}.{metric}"] = name
-    return ProbeTable(values, failures, probe_of)
+    return ProbeTable(values, failures, probe_of, tails)

@@ -21,6 +21,7 @@ so no reader has to thread it in itself.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -35,6 +36,7 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import METADATA_FILE, LineagePaths
+from reconciler.ownfiles import read_regular
 from reconciler.state.audit_objects import damage_message, unreadable_newest
 
 __all__ = [
@@ -109,17 +111,12 @@ def _plain_branch(name: str) -> bool:
 
 
 def _small_file(path: str) -> bytes | None:
-    """A ref file's bytes; None when there is none (a folder there is none to git)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except IsADirectoryError:
-        return None
-    try:
-        return os.read(fd, _REF_BYTES)
-    finally:
-        os.close(fd)
+    """A ref file's bytes; None when there is none. Anything else there (a link, a FIFO, a
+    folder, a file past the bound) raises OSError: libgit2 is asked instead."""
+    data = read_regular(path, _REF_BYTES)
+    if data is None and os.path.lexists(path):
+        raise OSError(errno.EINVAL, "not a small regular file", path)
+    return data
 
 
 _OID_LINE = re.compile(rb"[0-9a-f]{40}\n")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.kernel.base.config import LineagePaths
-from reconciler.spec.files import FileRefused, read_limited
+from reconciler.ownfiles import read_regular
 
 __all__ = ["STOP_SUFFIX", "RecordedStop", "read_stop", "stop_path", "stop_record", "stop_stamp"]
 
@@ -77,9 +77,8 @@ def read_stop(paths: LineagePaths) -> RecordedStop | None:
     """The stop recorded before the lineage's next generation, or None (none recorded, or
     stale: the lineage's heads have moved since)."""
     try:
-        data = json.loads(read_limited(stop_path(paths.git_dir), _MAX_BYTES, "a stop record",
-                                       follow=False))
-    except (FileRefused, ValueError, OSError):
+        data = json.loads(read_regular(stop_path(paths.git_dir), _MAX_BYTES) or b"null")
+    except (ValueError, OSError):
         return None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return None

@@ -44,6 +44,7 @@ from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base import totals as running
 from reconciler.kernel.base.config import JOURNAL_FILE, ORGANISM_FILE, LineagePaths
+from reconciler.ownfiles import read_regular
 from reconciler.state.cachefile import (
     CACHE_DIR,
     MAC_FIELD,
@@ -373,6 +374,12 @@ def _digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical(body)).hexdigest()
 
 
+# A summary cache past this is neither written nor read (``read_regular``): a lineage of
+# 100,000 generations holds some 30 MB of rows; a planted larger file is rebuilt from.
+MAX_CACHE_BYTES = 64 << 20
+_HEADER_BYTES = 1 << 20  # its header line is shorter than this
+
+
 def _cache_file(cache_dir: Path, paths: LineagePaths) -> Path:
     return cache_dir / f"{(paths.name or 'lineage')[:40]}-{cache_key(paths)}.json"
 
@@ -443,8 +450,9 @@ def _load_totals(cache_dir: Path | None, paths: LineagePaths) -> Totals | None:
     if cache_dir is None or seal is None:
         return None
     try:
-        with open(_cache_file(cache_dir, paths), "rb") as handle:
-            header = _header(handle.readline(), paths, seal)
+        data = read_regular(_cache_file(cache_dir, paths), MAX_CACHE_BYTES,
+                            head=_HEADER_BYTES, own_folder=True)
+        header = _header((data or b"").partition(b"\n")[0], paths, seal)
         if header is None:
             return None
         return Totals(
@@ -464,9 +472,9 @@ def _load_cache(cache_dir: Path | None, paths: LineagePaths) -> LineageSummary |
     if cache_dir is None or seal is None:
         return None
     try:
-        with open(_cache_file(cache_dir, paths), "rb") as handle:
-            header = _header(handle.readline(), paths, seal)
-            body = handle.read()
+        data = read_regular(_cache_file(cache_dir, paths), MAX_CACHE_BYTES, own_folder=True)
+        line, _, body = (data or b"").partition(b"\n")
+        header = _header(line, paths, seal)
         if header is None or hashlib.sha256(body).hexdigest() != header["rows_sha256"]:
             return None
         rows = tuple(GenerationRow(*row) for row in json.loads(body))
@@ -499,6 +507,8 @@ def _store_cache(cache_dir: Path | None, paths: LineagePaths, summary: LineageSu
         rows_sha256=hashlib.sha256(rows).hexdigest(), interrupted_usd=summary.interrupted_usd,
         trailing_edits=summary.trailing_edits, sized=summary.sized,
         last_commit=summary.rows[-1].lineage_commit if summary.rows else None)
+    if len(rows) > MAX_CACHE_BYTES - _HEADER_BYTES:
+        return  # never read back: not written
     write_cache(_cache_file(cache_dir, paths),
                 json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
                 + b"\n" + rows)

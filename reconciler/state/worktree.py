@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pygit2
 
+from reconciler.errors import with_host_remedy
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.repos import READ_ERRORS, open_repo
 
@@ -265,6 +266,6 @@ def dirty(paths: LineagePaths, repo: pygit2.Repository | None,
     try:
         status = opened.raw.status()
     except READ_ERRORS as error:
-        return (), f"{paths.worktree}: cannot read the worktree: {error}"
+        return (), with_host_remedy(f"{paths.worktree}: cannot read the worktree: {error}")
     clean = (pygit2.enums.FileStatus.CURRENT, pygit2.enums.FileStatus.IGNORED)
     return tuple(sorted(path for path, flags in status.items() if flags not in clean)), None

@@ -6,10 +6,18 @@ frames, no plugins, forms only to this server (the lineage page's diff form, a
 GET). A request without the token (in the URL's ``token`` query, or the cookie
 the first such request sets) gets 403; a Host header other than the bound
 loopback names gets 400 (DNS rebinding).
+
+The cookie is not the token: its value is an HMAC, keyed by the token, of the address
+and port the viewer serves on (``cookie_value``), so a cookie that reaches another
+server (browsers scope cookies by host, not by port) is not the token, and no other
+viewer accepts it. That it reaches no other server is the server's part: it serves on
+a random address of 127.0.0.0/8 (``reconciler.viewer.server``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -44,6 +52,7 @@ from reconciler.state import probes as probe_records
 from reconciler.state.conditions import ControllerStatus, read_status
 from reconciler.state.holders import held_by
 from reconciler.state.ran_with import BornUnder, born_under
+from reconciler.state.reproduction_record import Kept, load, record_dir
 from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.viewer import family, pages, raw, sets
@@ -55,8 +64,10 @@ from reconciler.viewer.plots import (
     render_probe_svg,
     render_svg,
 )
+from reconciler.viewer.reproduction import reproduction_view
 
-__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "create_app", "new_token"]
+__all__ = ["CSP", "TOKEN_COOKIE", "FleetSource", "cookie_name", "cookie_value", "create_app",
+           "new_token"]
 
 HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -83,6 +94,14 @@ def cookie_name(port: int) -> str:
     return f"{TOKEN_COOKIE}_{int(port)}"
 
 
+def cookie_value(token: str, address: str, port: int) -> str:
+    """The cookie the viewer with ``token`` on ``address``:``port`` sets and accepts: an
+    HMAC-SHA256 of the address and port keyed by the token (hex), useless anywhere else
+    and not the token (a server it reaches cannot turn it into the URL's token)."""
+    message = f"ouro-view-cookie\0{address}\0{int(port)}".encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
 @dataclass(frozen=True)
 class Shown:
     """A lineage the viewer shows: its places and, when a spec names it, its target and
@@ -95,6 +114,7 @@ class Shown:
     until: Sequence[UntilSpec] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
     member: Membership | None = None  # its place in its LineageSet (None: not in one)
+    suspended: bool = False  # its spec's ``suspend``: apply starts no generation of it
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,8 @@ class Known:
     probe_head: str | None = None
     shown: Shown | None = None  # what it was read for (a changed spec reads it again)
     stop_stamp: tuple[int, int, int] | None = None  # the stop record it read (state.stops)
+    fork: family.ForkOf | None = None  # a fork's parent and generation (None: no fork)
+
 
 
 def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
@@ -174,10 +196,31 @@ class FleetSource:
         fresh = Known(summary, born_under(shown.paths),
                       lineage_stop(shown.paths, summary, shown.model),
                       probe_records.table(shown.paths), _until(shown, summary), probe_head,
-                      shown, stamp)
+                      shown, stamp, family.fork_of(shown.paths))
         with self._lock:
             self._known_at[name] = fresh
         return fresh
+
+    def offset(self, name: str, shown: Shown) -> int:
+        """Where its generations sit on the plots' x axis (absolute generations): a fork's
+        after the generation it forked from, itself counted from its parent's first
+        ancestor the viewer shows (a parent not shown counts from its own first)."""
+        total, seen = 0, {name}
+        fork = self.known(name, shown).fork
+        while fork is not None:
+            total += fork.generation
+            found = self.lineages().get(fork.parent)
+            if found is None or fork.parent in seen:
+                break
+            seen.add(fork.parent)
+            fork = self.known(fork.parent, found).fork
+        return total
+
+    def reproduction(self, name: str, shown: Shown) -> Kept | None:
+        """The verdict `ouro reproduce` kept of this lineage (in the state dir), if any."""
+        if self.state_dir is None:
+            return None
+        return load(record_dir(self.state_dir), name, shown.paths)
 
     def summary(self, name: str, shown: Shown) -> LineageSummary:
         return self.known(name, shown).summary
@@ -210,24 +253,24 @@ def _environment() -> jinja2.Environment:
 class _Guard(BaseHTTPMiddleware):
     """The token (403 without it) and the security headers on every response."""
 
-    def __init__(self, app: Any, token: str, cookie: str) -> None:
+    def __init__(self, app: Any, token: str, cookie: str, value: str) -> None:
         super().__init__(app)
-        self.token, self.cookie = token, cookie
+        self.token, self.cookie, self.value = token, cookie, value
 
     async def dispatch(self, request: Request,
                        call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         given = request.query_params.get("token")
         cookie = request.cookies.get(self.cookie)
-        ok = any(value is not None and secrets.compare_digest(value, self.token)
-                 for value in (given, cookie))
+        ok = ((given is not None and secrets.compare_digest(given, self.token))
+              or (cookie is not None and secrets.compare_digest(cookie, self.value)))
         if not ok:
             response: Response = PlainTextResponse(
                 "403: this viewer needs the token in the URL `ouro view` printed\n",
                 status_code=403)
         else:
             response = await call_next(request)
-            if given is not None and cookie != self.token:
-                response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
+            if given is not None and cookie != self.value:
+                response.set_cookie(self.cookie, self.value, httponly=True, samesite="strict",
                                     path="/")
         for key, value in _HEADERS.items():
             response.headers.setdefault(key, value)
@@ -247,7 +290,7 @@ def _fleet_lines(source: FleetSource, controller: ControllerStatus | None = None
         lines.append(pages.fleet_line(name, known.summary, shown.desired, known.stop,
                                       known.born, source.running(shown, known.summary),
                                       stalled=pages.stalled_text(found.get(name)),
-                                      until=known.until))
+                                      until=known.until, suspended=shown.suspended))
     return sorted(lines, key=lambda line: line.stalled is None), known_of
 
 
@@ -257,7 +300,9 @@ def _fleet_context(source: FleetSource, request: Request) -> dict[str, Any]:
     columns = sorted({column for known in known_of for column in known.probes.plottable()})
     return {"lines": lines, "problem": source.problem,
             "controller": pages.controller_context(controller),
-            "plots": pages.fleet_plots() if any(line.created for line in lines) else [],
+            "plots": pages.fleet_plots(spent=any(known.summary.spend_usd
+                                                 for known in known_of))
+            if any(line.created for line in lines) else [],
             **pages.fleet_probe_context(columns, request.query_params.get("metric")),
             **_sets_context(source)}
 
@@ -355,16 +400,18 @@ def _plot_image(source: FleetSource, request: Request) -> Response:
     plot = PLOTS.get(str(request.path_params["metric"]))
     if shown is None or plot is None:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_svg(plot, source.summary(name, shown).rows))
+    return _svg(render_svg(plot, source.summary(name, shown).rows, source.offset(name, shown)))
 
 
 def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
     metric = str(request.path_params["metric"])
     if metric not in FLEET_PLOTS:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    rows = [(name, source.summary(name, shown).rows)
-            for name, shown in source.lineages().items()]
-    return _svg(render_fleet_svg(PLOTS[metric], rows))
+    shown = source.lineages()
+    return _svg(render_fleet_svg(PLOTS[metric], [(name, source.summary(name, found).rows)
+                                                 for name, found in shown.items()],
+                                 {name: source.offset(name, found)
+                                  for name, found in shown.items()}))
 
 
 def _probe_plot_image(source: FleetSource, request: Request) -> Response:
@@ -373,25 +420,27 @@ def _probe_plot_image(source: FleetSource, request: Request) -> Response:
     name, column = str(request.path_params["name"]), request.query_params.get("metric", "")
     shown = source.lineages().get(name)
     known = source.known(name, shown) if shown is not None else None
-    if known is None or column not in known.probes.values:
+    if shown is None or known is None or column not in known.probes.values:
         return PlainTextResponse("404: no such plot\n", status_code=404)
     probe = known.probes.probe_of.get(column, "")
     return _svg(render_probe_svg(column, known.summary.rows, known.probes.values[column],
-                                 known.probes.failures.get(probe, {})))
+                                 known.probes.failures.get(probe, {}),
+                                 source.offset(name, shown)))
 
 
 def _fleet_probe_plot_image(source: FleetSource, request: Request) -> Response:
     """``/fleet-probe-plot.svg?metric=probe.<name>.<metric>``: one probe metric, a line
     per lineage that measured it."""
     column = request.query_params.get("metric", "")
-    lines = []
+    lines, offsets = [], {}
     for name, shown in source.lineages().items():
         known = source.known(name, shown)
         if column in known.probes.values:
             lines.append((name, known.summary.generations, known.probes.values[column]))
+            offsets[name] = source.offset(name, shown)
     if not lines:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_fleet_probe_svg(column, lines))
+    return _svg(render_fleet_probe_svg(column, lines, offsets))
 
 
 def _plot_routes(source: FleetSource) -> list[Route]:
@@ -404,10 +453,21 @@ def _plot_routes(source: FleetSource) -> list[Route]:
     ]
 
 
+def _lineage_context(source: FleetSource, name: str, shown: Shown) -> dict[str, Any]:
+    known = source.known(name, shown)
+    return pages.lineage_context(name, known.summary, known.born, known.stop,
+                                 desired=shown.desired,
+                                 running=source.running(shown, known.summary),
+                                 probes=known.probes, until=known.until, fork=known.fork,
+                                 suspended=shown.suspended, offset=source.offset(name, shown),
+                                 reproduction=reproduction_view(source.reproduction(name, shown)))
+
+
 def create_app(source: FleetSource, token: str,
                hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]", "::1"),
-               port: int = 0) -> Starlette:
-    """The viewer over ``source`` on ``port``, answering only requests that carry ``token``."""
+               port: int = 0, address: str = "127.0.0.1") -> Starlette:
+    """The viewer over ``source`` on ``address``:``port``, answering only requests that
+    carry ``token`` (or the cookie ``cookie_value`` makes of it there)."""
     templates = Jinja2Templates(env=_environment())
 
     def page(request: Request, name: str, context: dict[str, Any],
@@ -430,13 +490,7 @@ def create_app(source: FleetSource, token: str,
         chosen = lineage(request)
         if chosen is None:
             return missing(request, "no such lineage here")
-        name, shown = chosen
-        known = source.known(name, shown)
-        return page(request, "lineage.html",
-                    pages.lineage_context(name, known.summary, known.born, known.stop,
-                                          desired=shown.desired,
-                                          running=source.running(shown, known.summary),
-                                          probes=known.probes, until=known.until))
+        return page(request, "lineage.html", _lineage_context(source, *chosen))
 
     def diff_page(request: Request) -> Response:
         chosen = lineage(request)
@@ -481,6 +535,7 @@ def create_app(source: FleetSource, token: str,
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
-                    Middleware(_Guard, token=token, cookie=cookie_name(port))],
+                    Middleware(_Guard, token=token, cookie=cookie_name(port),
+                               value=cookie_value(token, address, port))],
         exception_handlers={404: _not_found},
     )

@@ -18,7 +18,7 @@ from reconciler.kernel.base.config import LineagePaths
 from reconciler.state.birth import birth
 from reconciler.state.forks import ancestry_record
 
-__all__ = ["Node", "family_tree"]
+__all__ = ["ForkOf", "Node", "family_tree", "fork_of"]
 
 
 @dataclass
@@ -50,6 +50,31 @@ class Node:
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class ForkOf:
+    """Where a fork started: its parent's name and the parent's generation (its seed)."""
+
+    parent: str
+    generation: int
+
+    @property
+    def href(self) -> str:
+        """The parent's generation page."""
+        return f"/lineage/{quote(self.parent, safe='')}/gen/{int(self.generation)}"
+
+
+def fork_of(paths: LineagePaths) -> ForkOf | None:
+    """The ancestry a lineage's root metadata records (None: not a fork, or unreadable)."""
+    record = ancestry_record(birth(paths).metadata)
+    if record is None:
+        return None
+    generation = _as_int(record.get("generation"))
+    parent = record.get("parent")
+    if generation is None or generation < 0 or not isinstance(parent, str) or not parent:
+        return None
+    return ForkOf(parent, generation)
 
 
 def family_tree(lineages: Mapping[str, LineagePaths]) -> list[Node]:

@@ -22,7 +22,9 @@ from reconciler.state.history import DiffLimits, FileDiff, GenerationDetail
 from reconciler.state.probes import ProbeTable
 from reconciler.state.ran_with import MALFORMED, NOT_RECORDED, BornUnder, differs, kernel_run
 from reconciler.state.summaries import GenerationRow, LineageSummary
+from reconciler.viewer.family import ForkOf
 from reconciler.viewer.plots import FLEET_PLOTS, PLOTS
+from reconciler.viewer.reproduction import ReproductionView
 
 __all__ = [
     "Bounded",
@@ -119,6 +121,12 @@ class FleetLine:
     created: bool = True  # False: the spec names it, apply has not created it yet
     stalled: str | None = None  # `ouro controller`'s Stalled condition, when it is True
     until: UntilStop | None = None  # its spec.until holds: apply runs no more
+    suspended: bool = False  # its spec's suspend: apply starts no generation
+
+    @property
+    def done(self) -> bool:
+        """Done by its target (spec.until): done, however far short of ``desired``."""
+        return self.until is not None
 
 
 def _foreign(summary: LineageSummary, born: BornUnder | None) -> list[tuple[GenerationRow, str]]:
@@ -138,11 +146,11 @@ def created(summary: LineageSummary) -> bool:
 def fleet_line(name: str, summary: LineageSummary, desired: int | None,
                stop: Stopped | None = None, born: BornUnder | None = None,
                running: str | None = None, stalled: str | None = None, *,
-               until: UntilStop | None = None) -> FleetLine:
+               until: UntilStop | None = None, suspended: bool = False) -> FleetLine:
     last = outcome_of(summary.rows[-1]) if summary.rows else "—"
     return FleetLine(name, lineage_href(name), summary, desired, last, stop,
                      len(_foreign(summary, born)), running, created(summary), stalled,
-                     until)
+                     until, suspended)
 
 
 def stalled_text(found: LineageConditions | None) -> str | None:
@@ -190,7 +198,8 @@ def fleet_probe_context(columns: Sequence[str], chosen: str | None) -> dict[str,
 
 def _probe_context(name: str, probes: ProbeTable) -> dict[str, Any]:
     columns = probes.plottable()
-    failures = sorted((number, probe, reason) for probe, found in probes.failures.items()
+    failures = sorted((number, probe, reason, probes.stderr_tails.get(probe, {}).get(number))
+                      for probe, found in probes.failures.items()
                       for number, reason in found.items())
     return {
         "probe_plots": [{"src": probe_plot_src(column, name), "title": column}
@@ -201,20 +210,31 @@ def _probe_context(name: str, probes: ProbeTable) -> dict[str, Any]:
     }
 
 
-def fleet_plots() -> list[dict[str, str]]:
-    """The fleet page's plots: each lineage one line."""
+SPEND_PLOTS = frozenset({"spend", "cumulative-spend"})  # left out while nothing is spent
+
+
+def fleet_plots(spent: bool = True) -> list[dict[str, str]]:
+    """The fleet page's plots: each lineage one line (no spend plot while nothing was
+    spent: a free model's fleet would lead with a flat zero)."""
     return [{"src": f"/fleet-plot/{name}.svg", "title": f"{PLOTS[name].title}, by lineage"}
-            for name in FLEET_PLOTS]
+            for name in FLEET_PLOTS if spent or name not in SPEND_PLOTS]
 
 
 def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None = None,
                     stop: Stopped | None = None, *, desired: int | None = None,
                     running: str | None = None, probes: ProbeTable | None = None,
-                    until: UntilStop | None = None) -> dict[str, Any]:
+                    until: UntilStop | None = None, fork: ForkOf | None = None,
+                    suspended: bool = False, offset: int = 0,
+                    reproduction: ReproductionView | None = None) -> dict[str, Any]:
+    """The lineage page: its plots (no spend plot while nothing was spent), its
+    totals, stops, probes and timeline, its parent when it is a fork, its last
+    reproduction's verdict (``viewer.reproduction``)."""
     base = lineage_href(name)
     exists = created(summary)
+    spent = bool(summary.spend_usd)  # the rows' decimal texts added (a "0.00" is none)
     plots = [{"src": f"/plot/{quote(name, safe='')}/{plot.name}.svg", "title": plot.title}
-             for plot in PLOTS.values()] if exists else []
+             for plot in PLOTS.values()
+             if spent or plot.name not in SPEND_PLOTS] if exists else []
     edits = sum(row.external_edits_before for row in summary.rows) + summary.trailing_edits
     return {
         "name": name, "summary": summary, "plots": plots, "edits": edits,
@@ -228,7 +248,8 @@ def lineage_context(name: str, summary: LineageSummary, born: BornUnder | None =
         "truncated": [row for row in summary.rows if row.truncated_calls],
         "stopping": [row for row in summary.rows if row.stops_lineage],
         "kernel_cell": lambda row: kernel_cell(row, born),
-        "until": until,
+        "until": until, "fork": fork, "offset": offset, "suspended": suspended, "spent": spent,
+        "reproduction": reproduction,
         **_probe_context(name, probes if probes is not None and exists
                          else ProbeTable({}, {})),
     }

@@ -12,6 +12,11 @@ names and probe metric names (drawn as glyph outlines, not text): no organism
 text is drawn. An
 absurd value (beyond ``PLOT_MAX``, or too large for a float) is drawn at the bound,
 marked with a red x and counted in a note (a forged 10**4000 tokens was a 500).
+
+The x axis is the absolute generation: a fork's generation N is drawn at its parent's
+generation G + N (``offset``: G, the generation it forked from), so a fork lines up with
+its parent in the fleet's plots. The y axis starts at 0 when every value drawn is
+non-negative (a flat zero is not drawn around a negative axis).
 """
 
 from __future__ import annotations
@@ -132,8 +137,19 @@ def _figure() -> tuple[Any, Any]:
     return figure, figure.add_subplot()
 
 
-def _finish(figure: Any, axes: Any, plot: Plot, width: int, legend: bool) -> bytes:
-    axes.set_xlim(0.5, max(1, width) + 0.5)
+def _floor(axes: Any) -> None:
+    """The y axis from 0 when nothing drawn is negative."""
+    drawn = [float(y) for line in axes.get_lines() for y in line.get_ydata()
+             if isinstance(y, int | float) and math.isfinite(y)]
+    if drawn and min(drawn) >= 0:
+        axes.set_ylim(bottom=0)
+
+
+def _finish(figure: Any, axes: Any, plot: Plot, width: int, legend: bool,
+            start: int = 0) -> bytes:
+    """``width`` generations after ``start`` (the x axis: absolute generations)."""
+    axes.set_xlim(start + 0.5, start + max(1, width) + 0.5)
+    _floor(axes)
     axes.set_title(plot.title, fontsize=10)
     axes.set_xlabel("generation", fontsize=8)
     axes.set_ylabel(plot.unit, fontsize=8)
@@ -146,10 +162,10 @@ def _finish(figure: Any, axes: Any, plot: Plot, width: int, legend: bool) -> byt
     return out.getvalue()
 
 
-def _marks(axes: Any, rows: Sequence[GenerationRow]) -> bool:
+def _marks(axes: Any, rows: Sequence[GenerationRow], offset: int = 0) -> bool:
     """Deaths and model failures as vertical lines; whether there was any."""
-    deaths = [row.generation for row in rows if row.status == "died"]
-    failures = [row.generation for row in rows if row.model_failure is not None]
+    deaths = [offset + row.generation for row in rows if row.status == "died"]
+    failures = [offset + row.generation for row in rows if row.model_failure is not None]
     for index, number in enumerate(deaths):
         axes.axvline(number, color="#c0392b", alpha=0.35, linewidth=0.8,
                      label="death" if index == 0 else None, gid=f"death-{number}")
@@ -165,11 +181,12 @@ def _no_data(axes: Any) -> None:
               ha="center", va="center", color="#777777")
 
 
-def render_svg(plot: Plot, rows: Sequence[GenerationRow]) -> bytes:
-    """One plot as an SVG document (a 'no data' plot when nothing is known)."""
+def render_svg(plot: Plot, rows: Sequence[GenerationRow], offset: int = 0) -> bytes:
+    """One plot as an SVG document (a 'no data' plot when nothing is known); ``offset``:
+    a fork's parent generation (the module rule)."""
     with _LOCK:
         figure, axes = _figure()
-        numbers = [row.generation for row in rows]
+        numbers = [offset + row.generation for row in rows]
         known, absurd = False, 0
         for label, pick in plot.series:
             values, clamped = _series(rows, pick, plot.cumulative)
@@ -179,34 +196,43 @@ def render_svg(plot: Plot, rows: Sequence[GenerationRow]) -> bytes:
                           marker="." if len(rows) <= 60 else None)
             absurd += _flag(axes, numbers, values, clamped)
         _absurd_note(axes, absurd)
-        marked = _marks(axes, rows)
+        marked = _marks(axes, rows, offset)
         if not known:
             _no_data(axes)
-        return _finish(figure, axes, plot, len(rows), len(plot.series) > 1 or marked)
+        return _finish(figure, axes, plot, len(rows), len(plot.series) > 1 or marked, offset)
 
 
-def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[GenerationRow]]]
-                     ) -> bytes:
-    """One plot across the fleet: a line per lineage (its name in the legend)."""
+def _span(lineages: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The first generation before the x axis, and its width, for (offset, count) pairs."""
+    start = min((offset for offset, _count in lineages), default=0)
+    end = max((offset + count for offset, count in lineages), default=0)
+    return start, end - start
+
+
+def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[GenerationRow]]],
+                     offsets: Mapping[str, int] | None = None) -> bytes:
+    """One plot across the fleet: a line per lineage (its name in the legend), a fork's
+    from its parent's generation (``offsets``: name -> the generation it forked from)."""
     _label, pick = plot.series[0]
+    shift = offsets or {}
     with _LOCK:
         figure, axes = _figure()
         known, absurd = False, 0
         for index, (name, rows) in enumerate(lineages):
             values, clamped = _series(rows, pick, plot.cumulative)
-            absurd += _flag(axes, [row.generation for row in rows], values, clamped)
+            numbers = [shift.get(name, 0) + row.generation for row in rows]
+            absurd += _flag(axes, numbers, values, clamped)
             if any(not math.isnan(value) for value in values):
                 known = True
                 # a name is drawn as glyph outlines; "$" would start matplotlib's mathtext
-                axes.plot([row.generation for row in rows], values,
-                          label=name.replace("$", r"\$"),
+                axes.plot(numbers, values, label=name.replace("$", r"\$"),
                           linewidth=1.2, marker="." if len(rows) <= 60 else None,
                           gid=f"lineage-{index}")
         _absurd_note(axes, absurd)
         if not known:
             _no_data(axes)
-        width = max((len(rows) for _name, rows in lineages), default=0)
-        return _finish(figure, axes, plot, width, known)
+        start, width = _span([(shift.get(name, 0), len(rows)) for name, rows in lineages])
+        return _finish(figure, axes, plot, width, known, start)
 
 
 def _number(value: Any) -> float | int | None:
@@ -244,36 +270,40 @@ def _probe_failures(axes: Any, failures: Mapping[int, str]) -> bool:
 
 
 def render_probe_svg(column: str, rows: Sequence[GenerationRow], values: Mapping[int, Any],
-                     failures: Mapping[int, str]) -> bytes:
+                     failures: Mapping[int, str], offset: int = 0) -> bytes:
     """One probe metric (``probe.<name>.<metric>``) over the lineage's generations, its
-    deaths, model failures and the probe's failures marked."""
+    deaths, model failures and the probe's failures marked (``offset``: as render_svg's)."""
     plot = Plot(column, _label(column), "value", ())
     with _LOCK:
         figure, axes = _figure()
-        numbers = [row.generation for row in rows]
-        series, clamped = _probe_series(numbers, values)
+        series, clamped = _probe_series([row.generation for row in rows], values)
+        numbers = [offset + row.generation for row in rows]
         known = any(not math.isnan(value) for value in series)
         if known:
             axes.plot(numbers, series, label=_label(column.split(".", 2)[-1]), linewidth=1.2,
                       marker="." if len(rows) <= 60 else None, gid="probe-metric")
         _absurd_note(axes, _flag(axes, numbers, series, clamped))
-        marked = _marks(axes, rows)
-        failed = _probe_failures(axes, failures)
+        marked = _marks(axes, rows, offset)
+        failed = _probe_failures(axes, {offset + number: why
+                                        for number, why in failures.items()})
         if not known:
             _no_data(axes)
-        return _finish(figure, axes, plot, len(rows), marked or failed)
+        return _finish(figure, axes, plot, len(rows), marked or failed, offset)
 
 
 def render_fleet_probe_svg(column: str,
-                           lineages: Sequence[tuple[str, int, Mapping[int, Any]]]) -> bytes:
-    """One probe metric across the fleet: a line per lineage (name, generations, values)."""
+                           lineages: Sequence[tuple[str, int, Mapping[int, Any]]],
+                           offsets: Mapping[str, int] | None = None) -> bytes:
+    """One probe metric across the fleet: a line per lineage (name, generations, values),
+    a fork's from its parent's generation (``offsets``, as render_fleet_svg's)."""
     plot = Plot(column, _label(f"{column}, by lineage"), "value", ())
+    shift = offsets or {}
     with _LOCK:
         figure, axes = _figure()
         known, absurd = False, 0
         for index, (name, generations, values) in enumerate(lineages):
-            numbers = list(range(1, generations + 1))
-            series, clamped = _probe_series(numbers, values)
+            series, clamped = _probe_series(list(range(1, generations + 1)), values)
+            numbers = [shift.get(name, 0) + number for number in range(1, generations + 1)]
             absurd += _flag(axes, numbers, series, clamped)
             if any(not math.isnan(value) for value in series):
                 known = True
@@ -282,5 +312,6 @@ def render_fleet_probe_svg(column: str,
         _absurd_note(axes, absurd)
         if not known:
             _no_data(axes)
-        width = max((generations for _name, generations, _values in lineages), default=0)
-        return _finish(figure, axes, plot, width, known)
+        start, width = _span([(shift.get(name, 0), generations)
+                              for name, generations, _values in lineages])
+        return _finish(figure, axes, plot, width, known, start)

@@ -3,12 +3,23 @@
 The URL printed carries the token (as Jupyter's does); nothing else grants access.
 Binding a non-loopback address is allowed only when asked for, with a warning.
 Connections, logs and heavy pages are bounded (``reconciler.viewer.guard``).
+
+Rule: by default the viewer serves on a random address of 127.0.0.0/8 other than
+127.0.0.x (``private_loopback``; Linux routes the whole block to the loopback device),
+fresh each run. A browser sends a host's cookies to every port of that host, so the token
+cookie of a viewer on 127.0.0.1 reached every other local server the browser visited
+there, which could replay it; on an address of its own, it reaches none (and its value is
+bound to that address and port: ``reconciler.viewer.app.cookie_value``). Where the
+address cannot be bound (a host whose loopback device has 127.0.0.1 alone), the viewer
+serves on 127.0.0.1 and says what that means. ``--host`` binds what it names.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import secrets
 import socket
 import sys
 from collections.abc import Sequence
@@ -24,7 +35,7 @@ from reconciler.state.fleet import fleet, summary_cache_dir
 from reconciler.viewer.app import FleetSource, Shown, create_app, new_token
 from reconciler.viewer.guard import limit_logs, server_settings
 
-__all__ = ["make_source", "serve"]
+__all__ = ["make_source", "private_loopback", "serve"]
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
@@ -36,7 +47,8 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
         return {item.name: Shown(item.paths, item.desired, item.model,
                                  tuple(item.spec.spec.spec.until) if item.spec else (),
                                  {probe.name: probe.digest for probe in item.spec.probes}
-                                 if item.spec else {})
+                                 if item.spec else {},
+                                 suspended=bool(item.spec and item.spec.spec.spec.suspend))
                 for item in fleet(specs, state_dir)}
 
     source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
@@ -58,7 +70,7 @@ def _from_specs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, Show
             item.paths, body.generations if body else None, body.model if body else None,
             tuple(body.until) if body else (),
             {probe.name: probe.digest for probe in spec.probes} if spec else {},
-            member=item.member)
+            member=item.member, suspended=bool(body and body.suspend))
     return found
 
 
@@ -87,7 +99,28 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def private_loopback() -> str:
+    """A random address of 127.0.0.0/8 outside 127.0.0.0/24 (the module rule)."""
+    return (f"127.{1 + secrets.randbelow(254)}.{secrets.randbelow(256)}."
+            f"{1 + secrets.randbelow(254)}")
+
+
+def _bind_private(port: int) -> tuple[str, socket.socket]:
+    """A socket on a fresh random loopback address; 127.0.0.1 where none can be bound."""
+    host = private_loopback()
+    try:
+        return host, _bind(host, port, quiet=True)
+    except OSError as error:
+        if error.errno != errno.EADDRNOTAVAIL:
+            raise OuroError(f"ouro view: cannot listen on {host}:{port}: {error.strerror}; "
+                            "pick another --port (0 lets the system choose)") from error
+    print("ouro view: warning: this host's loopback has 127.0.0.1 alone; serving there, "
+          "where a browser sends the viewer's cookie to every other server on 127.0.0.1 "
+          "it visits", file=sys.stderr)
+    return "127.0.0.1", _bind("127.0.0.1", port)
+
+
+def _bind(host: str, port: int, *, quiet: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -96,24 +129,29 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as error:
         sock.close()
+        if quiet:
+            raise
         raise OuroError(f"ouro view: cannot listen on {host}:{port}: {error.strerror}; "
                         "pick another --port (0 lets the system choose)") from error
     return sock
 
 
-def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str = "127.0.0.1",
+def serve(specs: Sequence[Path], *, state_dir: Path | None, host: str | None = None,
           port: int = 0, out: IO[str] | None = None) -> None:
-    """Serve until interrupted (Ctrl-C)."""
+    """Serve until interrupted (Ctrl-C); ``host`` None: a random loopback address."""
     import uvicorn
 
     stream = out or sys.stdout
     source = make_source(specs, state_dir)
     token = new_token()
+    if host is None:
+        host, sock = _bind_private(port)
+    else:
+        sock = _bind(host, port)
     loopback = _loopback(host)
     hosts = [*_LOOPBACK_NAMES, host] if loopback else ["*"]
-    sock = _bind(host, port)
     bound = sock.getsockname()[1]
-    app = create_app(source, token, hosts=hosts, port=bound)
+    app = create_app(source, token, hosts=hosts, port=bound, address=host.strip("[]"))
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     if not loopback:
         print(f"ouro view: warning: {host} is not a loopback address; anyone who can reach it "

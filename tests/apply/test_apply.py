@@ -197,7 +197,7 @@ def test_lock_timeout_names_the_holder(specs: Path, env: dict[str, str], tmp_pat
     # said once, in the summary on stdout; the progress on stderr points to it
     assert f"held by another apply (pid {os.getpid()}" in result.stdout
     assert "held by another apply" not in result.stderr
-    assert "iota: 1 error; the summary says what" in result.stderr
+    assert "iota: 1 error; apply's summary (on stdout, at the end) says what" in result.stderr
 
 
 def _wait_for(predicate: object, timeout: float = 60) -> None:

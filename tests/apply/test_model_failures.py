@@ -111,6 +111,7 @@ def test_a_refused_key_is_found_by_the_probe_and_nothing_is_created(
 
 FINAL = [
     pytest.param("anthropic", anthropic_error(401, "authentication_error", "invalid x-api-key"),
+                 # --no-probe: the old name of --no-provider-check, still taken
                  "auth", 401, ["--no-probe"], id="anthropic-401-without-probe"),
     pytest.param("openai", openai_error(429, "insufficient_quota",
                                         "You exceeded your current quota, please check your "
@@ -144,7 +145,8 @@ def test_a_final_failure_stops_the_lineage_after_one_generation(
     assert lines["broken"]["last_model_failure"]["code"] == code
     assert lines["calm"]["model_failures"] == 0
     assert "model failed in 1 generation\n" in shown.stdout
-    assert f"last generation (gen 1): model unavailable ({http}) ({code}, final)" in shown.stdout
+    assert (f"last generation (gen 1): model unavailable ({http}) ({code}, final; stops the "
+            "lineage)") in shown.stdout
     by_name = {item["name"]: item for item in report(result)["lineages"]}
     broken = by_name["broken"]
     assert broken["generations_run"] == 1 and broken["stopped"] == code
@@ -188,7 +190,8 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
     assert "gen 1: 503, retry in" in first.stderr and "(2/6)" in first.stderr
     assert "2 generations in a row had every model call fail" in first.stdout  # the summary
     assert "2 generations in a row" not in first.stderr  # said once: stderr points to it
-    assert "flaky: stopped (failed-generations); the summary says why" in first.stderr
+    assert ("flaky: stopped (failed-generations); apply's summary (on stdout, at the end) "
+            "says why") in first.stderr
     paths = lineage_paths(tmp_path / "state", "flaky")
     # the run of failures goes on across applies: the next apply tries once more, then stops
     assert second.returncode == 1
@@ -205,6 +208,27 @@ def test_retryable_failures_stop_the_lineage_after_max_failed_generations(
     assert re.search(r"reserved \$[0-9.]+ at most at once \(the peak of \d+ attempts, each "
                      r"returned when it ended\)", shown.stdout), shown.stdout
     assert {e["generation"] for e in retries} == {1, 2, 3}
+
+
+def test_an_empty_completion_is_a_reply_that_keeps_the_version_not_a_failure(
+        specs: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """Physics release 5 (issue 41): the seed's prompt says an empty reply keeps the
+    current version. Three empty completions under max_failed_generations 1: three
+    no-change generations, no model failure, the lineage not stopped."""
+    with FakeProvider(route("openai-compatible", chat_ok("", 1000, 0))) as fake:
+        paid_spec(specs, "terse", "openai-compatible", fake.url + "/v1", 3,
+                  extra="max_failed_generations: 1")
+        done = run_ouro("apply", "--yes", "--json", str(specs), env=env)
+        status = run_ouro("status", "--json", str(specs), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = report(done)["lineages"][0]
+    assert (row["generations_run"], row.get("stopped")) == (3, None)
+    for number in (1, 2, 3):
+        record = observation(tmp_path, "terse", number)
+        assert record["outcome"] == "no-change" and record["provider_failure"] is None
+        assert [call["http_status"] for call in record["model_calls"]] == [200]
+    assert json.loads(status.stdout)["lineages"][0]["model_failures"] == 0
+    assert_invariant(lineage_paths(tmp_path / "state", "terse"), 3)
 
 
 def test_usage_beyond_what_a_request_could_cost_stops_the_lineage(
@@ -248,7 +272,7 @@ def test_an_unset_key_variable_is_refused_by_the_plan_and_never_named_as_refused
         assert not (tmp_path / "state" / "local.git").exists()
         compatible_spec(specs, "local", fake.url + "/v1", None)
         probed = run_ouro("apply", "--yes", "--json", str(specs), env=env)
-        unprobed = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+        unprobed = run_ouro("apply", "--yes", "--json", "--no-provider-check", str(specs), env=env)
     assert plan.returncode == 1
     words = ("api_key_env names FAKE_KEY, which is not set here, so no key would be sent: "
              "set FAKE_KEY, or write `api_key_env: null` for a server that takes no key")
@@ -272,7 +296,8 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
     that meets the outage fails every call (retryably) and is history; before the next one
     apply probes again, finds nothing listening, stops the lineage (provider-unavailable)
     and exits 1, naming the lineage that spent a generation on failures. The next apply,
-    even with --no-probe, probes first and runs nothing while the provider is still down."""
+    even with --no-provider-check, probes first and runs nothing while the provider is still
+    down."""
     gone = threading.Event()
 
     def handler(seen: Seen, number: int) -> Reply:
@@ -288,7 +313,7 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
                   extra="request_timeout: 5s")
         write_spec(specs, "calm", 1)
         first = run_ouro("apply", "--yes", str(specs), env=env)
-        second = run_ouro("apply", "--yes", "--json", "--no-probe", str(specs), env=env)
+        second = run_ouro("apply", "--yes", "--json", "--no-provider-check", str(specs), env=env)
         plan = run_ouro("plan", str(specs), env=env)
     assert [s.method for s in fake.requests] == ["GET"]  # the probe, then nothing listened
     assert first.returncode == 1, first.stdout + first.stderr

@@ -20,7 +20,7 @@ from reconciler.kernel.base import identity
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from reconciler.cli import main; sys.argv[0] = 'ouro'; main()"
 COMMANDS = sorted(str(c.name) for c in app.registered_commands)
-NEED_PATHS = ["validate", "plan", "apply", "verify"]  # status: none lists the state dir
+NEED_PATHS = ["validate", "plan", "apply"]  # status, verify: none is the state dir's lineages
 
 
 def ouro(*args: str, env: dict[str, str] | None = None, code: str = MAIN,
@@ -60,7 +60,7 @@ USAGE_ERRORS = [
     pytest.param(["verify", "specs", "--timeout", "0"], "Invalid value", id="verify-timeout-0"),
     pytest.param(["validate", "specs", "--state-dir"], "requires an argument",
                  id="state-dir-bare"),
-    pytest.param(["export", "x", "--format", "xlsx"], "'xlsx' is not one of csv, jsonl",
+    pytest.param(["export", "x", "--format", "xlsx"], "'xlsx' is not one of csv, jsonl, json",
                  id="export-format-unknown"),
     pytest.param(["apply", "specs", "--executor", "foo"], "'foo' is not one of local, slurm",
                  id="apply-executor-unknown"),

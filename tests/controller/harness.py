@@ -141,6 +141,7 @@ class Hook:
 
         self.received: list[dict[str, Any]] = []
         self.attempts = 0
+        self.times: list[float] = []  # when each attempt came (time.time())
         self.answered = 0
         self.paths: set[str] = set()
         self.authorization: set[str] = set()
@@ -150,6 +151,7 @@ class Hook:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 hook.attempts += 1
+                hook.times.append(time.time())
                 hook.paths.add(self.path)
                 hook.authorization.add(self.headers.get("authorization", ""))
                 if delay:

@@ -43,12 +43,24 @@ def _at(found: conditions.LineageConditions, kind: str) -> conditions.Condition:
     return condition
 
 
+def _forged(found: conditions.LineageConditions, at: str) -> conditions.LineageConditions:
+    return conditions.LineageConditions("x", tuple(
+        conditions.Condition(c.type, c.status, c.reason, c.message, at)
+        for c in found.conditions))
+
+
 def test_a_transition_time_changes_only_with_the_status() -> None:
-    first = conditions.derive(LineageView("x", "extend", "", 1, 3), None)
+    """(The table of every transition, with a fake clock: tests/controller/test_transitions.)"""
     old = "2000-01-01T00:00:00+00:00"
-    forged = conditions.LineageConditions("x", tuple(
-        conditions.Condition(c.type, c.status, c.reason, c.message, old)
-        for c in first.conditions))
+    forged = _forged(conditions.derive(LineageView("x", "extend", "", 1, 3), None), old)
+    outage = _forged(conditions.derive(LineageView(
+        "x", "extend", "", 1, 3, stalled_reason="provider-unavailable"), None), old)
+    reason_only = conditions.derive(LineageView("x", "extend", "", 1, 3,
+                                                stalled_reason="error"), outage)
+    assert (_at(reason_only, "Stalled").status, _at(reason_only, "Stalled").reason) == (
+        "True", "error")
+    assert _at(reason_only, "Stalled").last_transition == old  # the reason alone moved
+    assert _at(reason_only, "Progressing").last_transition == old
     kept = conditions.derive(LineageView("x", "extend", "", 2, 3), forged)
     moved = conditions.derive(LineageView("x", "in-sync", "", 3, 3), forged)
     assert _at(kept, "Ready").last_transition == old

@@ -3,6 +3,7 @@ streak (three generations dead in a row) and a target reached (a probe's `until`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -81,15 +82,16 @@ def test_a_death_streak_and_a_target_reached_are_notified_once_each(
     finally:
         assert running.stop() == 0, running.output()
         hook.close()
+    # once each: neither the streak at gen 6 nor the target at every later pass again
+    assert sorted(hook.events()) == ["death-streak", "target-reached"], hook.events()
     by_event = {item["event"]: item for item in hook.received}
-    assert sorted(hook.events()).count("death-streak") == 1, hook.events()  # gen 6: not again
     streak = by_event["death-streak"]
     assert (streak["lineage"], streak["generation"], streak["streak"]) == ("mortal", 5, 3)
     assert "mortal: 3 generations died in a row" in streak["text"]
     reached = by_event["target-reached"]
     assert reached["lineage"] == "grows" and reached["reason"] == "target-reached", reached
     assert reached["generation"] == 2 and "grows stopped after gen 2" in reached["text"]
-    assert "lineage-stopped" not in hook.events()  # a goal is not reported as a stop
+    # (a goal is not reported as a stop: no lineage-stopped above)
 
 
 def test_a_death_streak_across_a_restart_is_counted_from_the_repositories(
@@ -120,3 +122,42 @@ def test_a_death_streak_across_a_restart_is_counted_from_the_repositories(
         second.close()
     streaks = [item for item in second.received if item["event"] == "death-streak"]
     assert [(item["generation"], item["streak"]) for item in streaks] == [(5, 3)], streaks
+
+
+def test_a_lineage_done_because_its_spec_changed_is_notified(
+        spec_repo: SpecRepo, state: Path, env: dict[str, str]) -> None:
+    """Two generations measured under an `until` that never holds; then the spec lowers
+    it to one that the measurements already meet: the plan says done, no generation
+    runs (so no engine event), and the controller still says target-reached, once."""
+    hook = Hook()
+    _replay(spec_repo, "grows-replies", [COUNTING, UNASKED])
+    probe = spec_repo.work / "specs" / "probes" / "defuns"
+    probe.mkdir(parents=True)
+    (probe / "defuns.sh").write_text(DEFUNS)
+
+    def measured(at_least: int, generations: int) -> str:
+        return _replaying("grows", generations, "grows-replies", (
+            "  probes:\n"
+            "    - {name: defuns, run: [/bin/sh, /probe/defuns.sh], files: probes/defuns,\n"
+            "       ceilings: {wall: 20s, cpu: 5s, memory: 256MiB}}\n"
+            f"  until:\n    - {{probe: defuns, metric: defuns, at_least: {at_least}}}\n"))
+
+    spec_repo.commit("two generations", {"grows.yaml": measured(100, 2)})
+    running = Running(spec_repo.bare, state, "--notify", hook.url, env=env)
+    try:
+        running.wait(lambda: running.condition("grows", "Ready").get("reason") == "in-sync",
+                     "grows's two generations", timeout=240)
+        spec_repo.commit("a target already met", {"grows.yaml": measured(1, 6)})
+        running.wait(lambda: "target-reached" in hook.events(), "the target", timeout=60)
+        running.wait(lambda: running.condition("grows", "Ready").get("reason") == "done",
+                     "grows done")
+        time.sleep(5)  # more passes: not said again
+    finally:
+        assert running.stop() == 0, running.output()
+        hook.close()
+    assert hook.events() == ["target-reached"], hook.events()
+    (reached,) = hook.received
+    assert (reached["lineage"], reached["reason"], reached["spec_changed"]) == (
+        "grows", "target-reached", True), reached
+    assert reached["generation"] == 2 and "since its spec changed" in reached["text"]
+    assert running.lineage("grows").get("generations") == 2  # none ran

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from tests.apply.helpers import run_ouro
 from tests.controller.harness import Hook, Running, SpecRepo, spec_text
@@ -47,6 +48,12 @@ def test_a_bad_settings_file_names_the_key(tmp_path: Path, env: dict[str, str]) 
     assert slurm.returncode == 2 and "--max-spend-per-day admits each generation" in slurm.stderr
 
 
+def _failed_since(running: Running, at: str) -> dict[str, Any] | None:
+    """The controller's error if a pass failed after the one at ``at``."""
+    error = running.status().get("controller", {}).get("last_error")
+    return error if isinstance(error, dict) and error.get("at") != at else None
+
+
 def test_an_unreachable_repository_is_a_controller_error_said_once(
         spec_repo: SpecRepo, state: Path, env: dict[str, str], tmp_path: Path) -> None:
     hook = Hook()
@@ -60,10 +67,15 @@ def test_an_unreachable_repository_is_a_controller_error_said_once(
                              "the fetch error")
         assert "cannot fetch" in error["message"] and "last good revision" in error["message"]
         running.wait(lambda: hook.events() == ["controller-error"], "its notification")
+        # two more passes fail the same way (the time of the error moves at each)
+        first = error["at"]
+        second = running.wait(lambda: _failed_since(running, first), "a second failed pass")
+        running.wait(lambda: _failed_since(running, second["at"]), "a third failed pass")
         moved.rename(spec_repo.bare)
         running.wait(lambda: running.status()["controller"].get("last_error") is None,
                      "the error cleared")
     finally:
         assert running.stop() == 0, running.output()
         hook.close()
-    assert hook.events() == ["controller-error"]  # said once, not at every interval
+    # said once, not at every interval (stopping delivered whatever was queued)
+    assert hook.events() == ["controller-error"]

@@ -1,5 +1,7 @@
-"""`ouro export --to mlflow` against a real local MLflow tracking store (a file store),
-read back through MLflow's own client: lineages grown by a real `ouro apply`."""
+"""`ouro export --to mlflow` against a real local MLflow tracking store (a folder),
+read back through MLflow's own client: lineages grown by a real `ouro apply`. The table
+held to hand-written values in every format and both local stores:
+tests/export_mlflow/test_one_table.py."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from mlflow.tracking import MlflowClient
 from reconciler.engine.mlflow_export import LineageRun, export_runs, metric_points
 from reconciler.errors import OuroError
 from reconciler.spec.load import load_specs
+from reconciler.state.summaries import GenerationRow
+from reconciler.state.table import TableRow
 from tests.apply.helpers import REPO_ROOT, run_ouro, write_spec
 from tests.inprocess import ouro
 
@@ -26,7 +30,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.cgroup]
 NUMERIC = ("exit_status", "organism_bytes", "organism_added", "organism_deleted",
            "paths_changed", "model_calls", "tokens_in", "tokens_out", "spend_usd",
            "cpu_seconds", "memory_peak_bytes", "wall_seconds", "external_edits_before",
-           "observed", "truncated_calls", "stops_lineage", "usage_exceeds_request")
+           "observed", "truncated_calls", "stops_lineage", "usage_exceeds_request",
+           "absolute_generation")
 
 
 PROBE = """  probes:
@@ -40,7 +45,7 @@ PROBE = """  probes:
 def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["OURO_STATE_DIR"] = str(tmp_path / "state")
-    env["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 asks for it to use a file store
+    env.pop("MLFLOW_ALLOW_FILE_STORE", None)  # ouro opens a named folder without it
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
@@ -180,15 +185,30 @@ def test_a_missing_extra_names_how_to_install_it(monkeypatch: pytest.MonkeyPatch
     assert "pip install 'ouro-lineages[mlflow]'" in err
 
 
+def _facts(generation: int, **more: object) -> GenerationRow:
+    """A generation's facts, unknown but for what is given."""
+    fields: dict[str, object] = dict.fromkeys(
+        ("status", "outcome", "death_cause", "exit_status", "model_failure", "organism_bytes",
+         "organism_added", "organism_deleted", "paths_changed", "model_calls", "tokens_in",
+         "tokens_out", "spend_usd", "cpu_seconds", "memory_peak_bytes", "wall_seconds",
+         "started_at", "provider", "model"))
+    fields.update({"generation": generation, "external_edits_before": 0,
+                   "lineage_commit": "0" * 40, "observed": True, **more})
+    return GenerationRow(**fields)  # type: ignore[arg-type]
+
+
 def test_probe_columns_and_batches_beyond_mlflows_limits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Any numeric column of the table is a metric (probe columns too); 1,500 generations
     of 2 metrics go in batches MLflow accepts, and a second export adds nothing."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    rows = [{"generation": n, "probe.defs.count": n * 2, "probe.loads.ok": n % 2 == 0,
-             "model": "echo", "spend_usd": "0.5", "wall_seconds": float("nan")}
-            for n in range(1, 1501)]
-    points = metric_points(rows)
+    rows = [TableRow("many", _facts(n, spend_usd="0.5", wall_seconds=float("nan"),
+                                    model="echo"),
+                     probes={"probe.defs.count": n * 2, "probe.loads.ok": n % 2 == 0,
+                             "probe.loads.note": "a\u2028b"})
+             for n in range(1, 1501)]
+    columns = ("generation", "spend_usd", "wall_seconds", "model", "probe.defs.count",
+               "probe.loads.ok", "probe.loads.note")
+    points = metric_points(rows, columns)
     assert sorted(points) == ["probe.defs.count", "probe.loads.ok", "spend_usd"]
     uri = (tmp_path / "mlruns").as_uri()
     batches: list[tuple[int, int]] = []
@@ -200,9 +220,11 @@ def test_probe_columns_and_batches_beyond_mlflows_limits(
         real(self, run_id, metrics=metrics, params=params, tags=tags)
 
     monkeypatch.setattr(MlflowClient, "log_batch", counted)
-    run = LineageRun("many", "0" * 40, rows, {f"p{i}": str(i) for i in range(150)}, {})
+    run = LineageRun("many", "0" * 40, rows, columns, {f"p{i}": str(i) for i in range(150)},
+                     {})
     [done] = export_runs([run], uri, "big")
     assert done.created and done.points_added == 4500 and done.steps_added[-1] == 1500
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # to read the folder ourselves
     client = MlflowClient(tracking_uri=uri)
     history = client.get_metric_history(done.run_id, "probe.defs.count")
     assert sorted((m.step, m.value) for m in history) == [(n, n * 2.0) for n in range(1, 1501)]
@@ -228,13 +250,11 @@ def test_destination_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch,
     assert code == 2 and said in " ".join(err.split()), err
 
 
-def test_a_store_that_refuses_is_a_clear_error(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """MLflow 3 refuses a file store unless asked: the error names the URI and the fix."""
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    uri = (tmp_path / "mlruns").as_uri()
+def test_a_store_that_refuses_is_a_clear_error() -> None:
+    """A URI MLflow's client takes for no store: the error names the URI and the kinds."""
+    uri = "nosuch://somewhere"
     with pytest.raises(OuroError) as raised:
-        export_runs([LineageRun("one", "0" * 40, [{"generation": 1, "model_calls": 1}],
-                                {}, {})], uri, "ouro")
+        export_runs([LineageRun("one", "0" * 40, [TableRow("one", _facts(1, model_calls=1))],
+                                ("generation", "model_calls"), {}, {})], uri, "ouro")
     assert f"the MLflow tracking store at {uri} refused" in str(raised.value)
-    assert "MLFLOW_ALLOW_FILE_STORE=true" in str(raised.value)
+    assert "sqlite:///FILE" in str(raised.value)

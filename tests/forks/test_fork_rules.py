@@ -4,16 +4,17 @@ the fork's journal as both journal readers see it, the plan's refusals as data."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from reconciler.errors import SpecError
 from reconciler.kernel.base import formats
-from reconciler.plan.forks import FORK_REASONS, PLAN_REASONS, fork_refusal
+from reconciler.kernel.base.refusals import REASONS
+from reconciler.plan.forks import FORK_REASONS, fork_refusal
 from reconciler.plan.remedies import REMEDIES
 from reconciler.spec.load import load_specs
-from reconciler.state.forks import ForkSource, fork_journal
+from reconciler.state.forks import ForkProblem, ForkSource, fork_journal
 from tests.kernel_formats import original_reader
 
 LINEAGE = """\
@@ -141,9 +142,23 @@ def test_each_fork_refusal_names_its_remedy(problem: Any, words: str) -> None:
     assert fork_refusal("child", ForkSource("scribe", 4)) is None
 
 
-def test_the_fork_reasons_follow_the_kernels() -> None:
-    assert PLAN_REASONS[-len(FORK_REASONS):] == FORK_REASONS
-    assert not set(FORK_REASONS) & set(REMEDIES)  # their remedies are plan.forks' own
+@pytest.mark.parametrize("problem", get_args(ForkProblem))
+def test_a_fork_that_cannot_start_is_refused_by_the_plan_after_the_kernels_reasons(
+        problem: str) -> None:
+    """Every problem the state layer reports of a fork's parent refuses the plan under
+    that reason, a reason of the plan's own (no kernel gives it) with its own remedy; a
+    kernel's refusal of the same lineage comes first."""
+    from reconciler.plan import plan_lineage
+    from tests.plan.test_plan_table import ME, NOTHING, FakeSpec, observed
+
+    source = ForkSource("scribe", 4, problem, "why")
+    plan = plan_lineage(FakeSpec(), observed(**NOTHING), ME, fork=source)
+    assert (plan.action, plan.reason) == ("refuse", problem)
+    assert plan.message.startswith("lineage x: cannot fork from gen 4 of scribe: why: ")
+    assert problem in FORK_REASONS and problem not in REASONS and problem not in REMEDIES
+    pinned = plan_lineage(FakeSpec(instrument_pin="c" * 40), observed(**NOTHING), ME,
+                          fork=source)
+    assert [r.reason for r in pinned.refusals] == ["spec-pin-mismatch", problem]
 
 
 def test_a_born_fork_whose_spec_names_another_generation_is_told_not_reforked() -> None:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from reconciler.state.summaries import COLUMNS
+from reconciler.state.table import FIXED_COLUMNS
 from tests.apply.helpers import REPO_ROOT, run_ouro
 from tests.history.fleet import HOSTILE_STDERR, Fleet
 
@@ -88,7 +88,7 @@ def test_diff_between_generations(grown_fleet: Fleet) -> None:
 
 def test_export_csv_and_jsonl(grown_fleet: Fleet) -> None:
     table = list(csv.DictReader(io.StringIO(ouro(grown_fleet, "export", "story", "quiet"))))
-    assert len(table) == 11 and tuple(table[0]) == ("lineage", *COLUMNS)  # rows 0 too
+    assert len(table) == 11 and tuple(table[0]) == FIXED_COLUMNS  # rows 0 too
     assert [row["lineage"] for row in table] == ["story"] * 7 + ["quiet"] * 4
     assert (table[0]["generation"], table[0]["status"], table[0]["spend_usd"]) == (
         "0", "seed", "")
@@ -96,7 +96,7 @@ def test_export_csv_and_jsonl(grown_fleet: Fleet) -> None:
     lines = ouro(grown_fleet, "export", "story", "--format", "jsonl").splitlines()
     assert [json.loads(line)["generation"] for line in lines] == [0, 1, 2, 3, 4, 5, 6]
     docs = (REPO_ROOT / "docs" / "export.md").read_text()
-    for column in ("lineage", *COLUMNS):
+    for column in FIXED_COLUMNS:
         assert f"`{column}`" in docs, column
 
 
@@ -108,7 +108,7 @@ def test_export_csv_and_jsonl(grown_fleet: Fleet) -> None:
         (("show", "story", "7"), "has no generation 7 (it has 6: 1..6)", 1),
         (("diff", "story", "2", "9"), "has no generation 9", 1),
         # a value the option does not take is a usage error, as every one is: exit 2
-        (("export", "story", "--format", "xlsx"), "is not one of csv, jsonl", 2),
+        (("export", "story", "--format", "xlsx"), "is not one of csv, jsonl, json", 2),
     ],
     ids=["unknown", "typo", "show-beyond", "diff-beyond", "format"],
 )

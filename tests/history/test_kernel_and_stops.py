@@ -51,7 +51,7 @@ def test_show_names_the_kernel_and_a_truncated_call(grown_fleet: Fleet) -> None:
 
 def test_show_a_final_provider_failure(grown_fleet: Fleet) -> None:
     text = ouro(grown_fleet, "show", "cut", "3")
-    assert ("model failure: model unavailable (401) (auth, HTTP 401; final: stops the "
+    assert ("model failure: model unavailable (401) (auth, HTTP 401; final; stops the "
             "lineage; every call failed)") in text
     assert "http 502, stop —, error model_unavailable" in text
     assert HOSTILE_DETAIL in text  # the provider's own words, verbatim (inert in a terminal)

@@ -188,15 +188,27 @@ CASES = [
     pytest.param(Case("openai", [Reply(200, body=b'{"output": [')], 502, [200],
                       ["malformed_response"]),
                  id="malformed-json-final"),
-    pytest.param(Case("openai", [Reply(200, {"output": [{"type": "reasoning"}],
-                                             "status": "incomplete",
+    pytest.param(Case("openai", [Reply(200, {"status": "incomplete",
                                              "usage": {"input_tokens": 10,
                                                        "output_tokens": 4000}})],
                       502, [200], ["no_text"]),
-                 id="no-text-final"),
-    pytest.param(Case("anthropic", [Reply(200, {"content": [], "usage": {}})], 502, [200],
-                      ["no_text"]),
-                 id="empty-content-final"),
+                 id="no-output-final"),
+    pytest.param(Case("anthropic", [Reply(200, {"usage": {}})], 502, [200], ["no_text"]),
+                 id="no-content-final"),
+    pytest.param(Case("openai-compatible", [Reply(200, {"choices": [{"message": {
+        "content": None}}]})], 502, [200], ["no_text"]),
+                 id="null-content-final"),
+    # physics release 5: an empty completion is a reply (the organism keeps its version)
+    pytest.param(Case("anthropic", [Reply(200, {"content": [], "usage": {}})], 200, [200],
+                      [None], extra={"response": ""}),
+                 id="empty-content-is-a-reply"),
+    pytest.param(Case("openai-compatible", [Reply(200, {"choices": [{"message": {
+        "content": ""}}]})], 200, [200], [None], extra={"response": ""}),
+                 id="empty-chat-completion-is-a-reply"),
+    pytest.param(Case("openai", [Reply(200, {"output": [{"type": "reasoning"}],
+                                             "status": "completed"})], 200, [200], [None],
+                      extra={"response": ""}),
+                 id="empty-output-is-a-reply"),
     pytest.param(Case("anthropic", [Reply(401, {"type": "error", "error": {
         "type": "authentication_error", "message": "invalid x-api-key"}})],
                       502, [401], ["http_401"]),
@@ -262,7 +274,7 @@ def test_failures_are_classified_once_and_every_attempt_is_audited(
         assert call["response"] is None and call["error_detail"]
         assert "wait_ms" not in attempts[-1]
     else:
-        assert call["response"] == "ok"
+        assert call["response"] == case.extra.get("response", "ok")
 
 
 def test_retry_after_http_date_in_the_past_retries_at_once(tmp_path: Path) -> None:
@@ -275,13 +287,27 @@ def test_retry_after_http_date_in_the_past_retries_at_once(tmp_path: Path) -> No
 
 
 def test_no_text_with_usage_is_charged_at_its_usage(tmp_path: Path) -> None:
-    body = {"output": [], "usage": {"input_tokens": 10, "output_tokens": 100}}
+    body = {"usage": {"input_tokens": 10, "output_tokens": 100}}  # no output at all
     with FakeProvider(script(Reply(200, body))) as fake:
         broker = start_broker(tmp_path, model("openai", fake.url), api_key=KEY)
         assert post(broker.socket_path, "p", tokens=100)[0] == 502
         report = broker.stop()
     assert report.accounted_usd == PRICE.worst_case(10, 100)
     assert report.model_calls[0]["usage"] == {"input_tokens": 10, "output_tokens": 100}
+
+
+def test_an_empty_completion_is_an_empty_reply_charged_at_its_usage(tmp_path: Path) -> None:
+    """Physics release 5 (issue 41): the organism gets 200 and an empty body, the call is
+    recorded as answered (no error: no model failure), and its usage is charged."""
+    body = {"output": [{"type": "message", "content": [{"type": "output_text", "text": ""}]}],
+            "usage": {"input_tokens": 10, "output_tokens": 1}}
+    with FakeProvider(script(Reply(200, body))) as fake:
+        broker = start_broker(tmp_path, model("openai", fake.url), api_key=KEY)
+        assert post(broker.socket_path, "p", tokens=100) == (200, b"")
+        report = broker.stop()
+    (call,) = report.model_calls
+    assert (call["http_status"], call["error"], call["response"]) == (200, None, "")
+    assert report.accounted_usd == PRICE.worst_case(10, 1)
 
 
 def test_a_timed_out_attempt_is_charged_its_whole_reservation(tmp_path: Path) -> None:

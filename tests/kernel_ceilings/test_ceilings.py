@@ -731,3 +731,31 @@ def test_cgroup_creation_retries_only_a_busy_kernel(
         assert caught.value.errno == code
     assert len(seen) == calls
     assert target.is_dir() == made
+
+
+@pytest.mark.cgroup
+def test_the_sweep_of_dead_kernels_scopes_runs_once_per_apply(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Physics release 5: every generation asks for the sweep; this process makes it at
+    most once per SWEEP_INTERVAL_S (once per apply), a lineage's own reap every time."""
+    need_cgroup1()
+    monkeypatch.setattr(ceilings_module, "_swept_at", [])
+    prefix = unique("seldom")
+    names = []
+    for _ in range(3):
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        names.append(f"{prefix}.gen1.{dead.pid}")
+    scopes = [open_scope(SMALL, names[0])]
+    try:
+        assert names[0] in ceilings_module.sweep_stale_scopes_seldom("")  # the first sweep
+        scopes.append(open_scope(SMALL, names[1]))
+        assert ceilings_module.sweep_stale_scopes_seldom("") == []  # the next generation's: none
+        assert cg1("memory", names[1]).is_dir()
+        assert ceilings_module.sweep_stale_scopes_seldom(prefix) == [names[1]]  # its own: always
+        scopes.append(open_scope(SMALL, names[2]))
+        monkeypatch.setattr(ceilings_module, "SWEEP_INTERVAL_S", 0.0)  # the interval has passed
+        assert names[2] in ceilings_module.sweep_stale_scopes_seldom("")
+    finally:
+        for scope in scopes:
+            scope.close()

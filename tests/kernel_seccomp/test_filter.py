@@ -11,8 +11,10 @@ import ctypes
 import errno
 import json
 import os
+import platform
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -72,51 +74,83 @@ def life(tmp_path: Path, request: dict[str, Any], *, confined: bool = True,
     return report
 
 
-def rule_case(rule: seccomp_filter.Rule) -> list[int]:
-    """Arguments that match the rule's condition; without the filter most of these calls
-    fail otherwise (EFAULT, EINVAL, ESRCH, ENOTTY, EAFNOSUPPORT) or succeed."""
-    if rule.syscall == "clone":
-        return [rule.args[0][2] | SIGCHLD, 0, 0, 0, 0]
-    if rule.syscall == "ioctl":
-        return [0, rule.args[0][3], 0]
-    if rule.syscall == "socket":
-        family = rule.args[0][3] if rule.args[0][1] == "MASKED_EQ" else rule.args[0][2]
-        return [family, SOCK_RAW if family == 16 else SOCK_STREAM,
-                NETLINK_AUDIT if family == 16 else 0]
-    special = {"ptrace": [0xFFFF, 1, 0, 0], "keyctl": [0, -3, 0], "personality": [8],
-               "unshare": [0x10000000], "setns": [-1, 0], "userfaultfd": [0]}
-    return special.get(rule.syscall, [0, 0, 0, 0])
-
-
-DENIED = [(f"{i}:{rule.syscall}:{rule.when}", rule) for i, rule in enumerate(seccomp_filter.RULES)]
+AF_VSOCK, AF_PACKET, AF_ALG = 40, 17, 38
+TIOCSTI = 0x5412
+CLONE_NEWUSER = 0x10000000
+# Calls the table refuses, and how: what a life must meet (issue 37's list first).
+REFUSED = {  # label: (system call or number, args, errno)
+    "open_tree_attr": (467, [0, 0, 0, 0, 0], "ENOSYS"),  # Linux 6.15: a mount descriptor
+    "memfd_secret": ("memfd_secret", [0], "ENOSYS"),
+    "socketpair AF_VSOCK": ("socketpair", [AF_VSOCK, SOCK_STREAM, 0, 0], "EPERM"),
+    "socketpair AF_INET": ("socketpair", [2, SOCK_STREAM, 0, 0], "EPERM"),
+    "beyond the highest": (1000, [0, 0, 0], "ENOSYS"),
+    "past libseccomp's": (500, [0, 0, 0], "ENOSYS"),
+    "socket AF_VSOCK": ("socket", [AF_VSOCK, SOCK_STREAM, 0], "EPERM"),
+    "socket AF_VSOCK high bits": ("socket", [AF_VSOCK | 1 << 32, SOCK_STREAM, 0], "EPERM"),
+    "socket AF_PACKET": ("socket", [AF_PACKET, SOCK_RAW, 0], "EPERM"),
+    "socket AF_ALG": ("socket", [AF_ALG, 5, 0], "EPERM"),
+    "socket family 200": ("socket", [200, SOCK_STREAM, 0], "EPERM"),
+    "socket netlink audit": ("socket", [16, SOCK_RAW, NETLINK_AUDIT], "EPERM"),
+    "ioctl TIOCSTI": ("ioctl", [0, TIOCSTI, 0], "EPERM"),
+    "ioctl TIOCSTI high bits": ("ioctl", [0, TIOCSTI | 1 << 32, 0], "EPERM"),
+    "ioctl TIOCLINUX": ("ioctl", [0, 0x541C, 0], "EPERM"),
+    "clone CLONE_NEWUSER": ("clone", [CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0], "EPERM"),
+    "personality READ_IMPLIES_EXEC": ("personality", [0x0400000], "EPERM"),
+    "prctl PR_SET_MM": ("prctl", [35, 0, 0, 0, 0], "ENOSYS"),
+    "clone3": ("clone3", [0, 0], "ENOSYS"),
+    "unshare": ("unshare", [CLONE_NEWUSER], "ENOSYS"),
+    "setns": ("setns", [-1, 0], "ENOSYS"),
+    "keyctl": ("keyctl", [0, -3, 0], "ENOSYS"),
+    "io_uring_setup": ("io_uring_setup", [1, 0], "ENOSYS"),
+    "userfaultfd": ("userfaultfd", [0], "ENOSYS"),
+    "bpf": ("bpf", [0, 0, 0], "ENOSYS"),
+    "ptrace": ("ptrace", [0xFFFF, 1, 0, 0], "ENOSYS"),
+    "mount": ("mount", [0, 0, 0, 0, 0], "ENOSYS"),
+    "open_tree": ("open_tree", [0, 0, 0], "ENOSYS"),
+    "mq_open": ("mq_open", [0, 0, 0, 0], "ENOSYS"),
+    "x32 getpid": ("getpid", [], "ENOSYS"),  # the x32 bit below: refused as foreign
+}
 ALLOWED = {  # label: (system call, args, what it must return)
     "socket AF_UNIX": ("socket", [1, SOCK_STREAM, 0], 0),
     "socket AF_INET": ("socket", [2, SOCK_STREAM, 0], 0),
     "socket AF_INET6": ("socket", [10, SOCK_STREAM, 0], 0),
     "socket AF_NETLINK route": ("socket", [16, SOCK_RAW, 0], 0),
+    "socketpair AF_UNIX": ("socketpair", [1, SOCK_STREAM, 0, 0], "EFAULT"),
     "personality PER_LINUX": ("personality", [0], 0),
     "ioctl TIOCGWINSZ": ("ioctl", [0, TIOCGWINSZ, 0], "ENOTTY"),
+    "prctl PR_GET_DUMPABLE": ("prctl", [3, 0, 0, 0, 0], 0),
     "getpid": ("getpid", [], 0),
-    "x32 getpid": ("getpid", [], "ENOSYS"),  # the x32 bit below: refused as foreign
 }
+
+
+def as_calls(table: dict[str, tuple[str | int, list[int], Any]]) -> list[list[Any]]:
+    return [[label, (what if isinstance(what, int) else number(what))
+             | (0x40000000 if label.startswith("x32") else 0), args]
+            for label, (what, args, _) in table.items()]
 
 
 # ---------------------------------------------------------------- the table
 
 
-def test_every_rule_names_an_x86_64_call_with_eperm_or_enosys_and_a_reason() -> None:
+def test_every_rule_names_a_call_of_x86_64_or_aarch64_with_a_reason() -> None:
     for rule in seccomp_filter.RULES:
-        number(rule.syscall)
-        assert rule.errno in ("EPERM", "ENOSYS")
+        x86 = pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, rule.syscall)
+        arm = pyseccomp.resolve_syscall(pyseccomp.Arch.AARCH64, rule.syscall)
+        assert x86 >= 0 or arm >= 0, rule
+        assert rule.action in ("ALLOW", "EPERM")
         assert len(rule.reason) > 10
         assert bool(rule.args) == bool(rule.when), rule
-    names = {rule.syscall for rule in seccomp_filter.RULES}
-    # the issue's list, each in the table
-    assert {"keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter",
-            "io_uring_register", "userfaultfd", "perf_event_open", "bpf", "ptrace",
-            "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load",
-            "mount", "umount2", "fsopen", "unshare", "setns", "clone", "clone3",
-            "personality", "socket", "ioctl"} <= names
+    allowed = seccomp_filter.allowed_names()
+    # what every life needs, whichever architecture spells it
+    assert {"openat", "read", "write", "execve", "clone", "wait4", "mmap", "futex",
+            "rt_sigaction", "socket", "connect", "ioctl", "prctl", "exit_group"} <= allowed
+    # never on the list: each is refused by default
+    assert not allowed & {"keyctl", "add_key", "request_key", "io_uring_setup", "bpf",
+                          "userfaultfd", "perf_event_open", "ptrace", "process_vm_readv",
+                          "kexec_load", "mount", "umount2", "fsopen", "open_tree", "unshare",
+                          "setns", "clone3", "memfd_secret", "mq_open", "reboot",
+                          "init_module", "name_to_handle_at", "open_by_handle_at", "kcmp",
+                          "sync", "syncfs", "vmsplice"}
 
 
 def test_the_filter_is_disclosed_in_the_manifest_with_its_digest() -> None:
@@ -124,14 +158,19 @@ def test_the_filter_is_disclosed_in_the_manifest_with_its_digest() -> None:
     manifest = capabilities(constraints)
     sandbox = manifest["constraints"]["sandbox"]
     seccomp = sandbox["seccomp"]
+    assert seccomp["schema"] == "ouro-seccomp/v2"
     assert seccomp["table_sha256"] == seccomp_filter.table_sha256()
     assert len(seccomp["table_sha256"]) == 64
-    assert seccomp["default_action"] == "allow" and seccomp["foreign_architectures"] == "ENOSYS"
-    disclosed = {(d["syscall"], d["errno"], d.get("when", "")) for d in seccomp["denied"]}
-    for rule in seccomp_filter.RULES:
-        if not rule.when.startswith("family == ") or "NETLINK" in rule.when:
-            assert (rule.syscall, rule.errno, rule.when) in disclosed
-    assert ("socket", "EPERM", "family not in AF_UNIX, AF_INET, AF_INET6, AF_NETLINK") in disclosed
+    assert seccomp["default_action"] == "ENOSYS" and seccomp["foreign_architectures"] == "ENOSYS"
+    listed = {name for names in seccomp["allowed"].values() for name in names}
+    unconditional = {rule.syscall for rule in seccomp_filter.RULES if not rule.args}
+    assert listed == unconditional
+    assert set(seccomp["narrowed"]) == {"socket", "socketpair", "ioctl", "clone",
+                                        "personality", "prctl"}
+    assert {"action": "EPERM", "when": "request == TIOCSTI"} in seccomp["narrowed"]["ioctl"]
+    assert seccomp["socket_families_allowed"] == ["AF_UNIX", "AF_INET", "AF_INET6",
+                                                  "AF_NETLINK"]
+    assert "PR_SET_NAME" in seccomp["prctl_options"]
     assert sandbox["session_keyring"] == "new, empty, per life"
     assert sandbox["limits"] == confinement.LIMITS
     json.dumps(manifest)  # plain JSON, as written to /kernel/capabilities.json
@@ -149,7 +188,7 @@ def test_the_digest_changes_with_the_table(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_the_bpf_is_libseccomps_export() -> None:
     program = seccomp_bpf.bpf()
-    assert len(program) % 8 == 0 and len(program) > 8 * len(seccomp_filter.RULES) // 2
+    assert len(program) % 8 == 0 and len(program) > 8 * 100
     # the first instruction loads the architecture (seccomp_data.arch at offset 4)
     assert program[:8] == bytes([0x20, 0, 0, 0, 4, 0, 0, 0])
 
@@ -175,19 +214,14 @@ def test_the_life_argv_puts_the_prelude_before_bwrap(tmp_path: Path) -> None:
 
 @pytest.mark.sandbox
 @pytest.mark.cgroup
-def test_every_denied_call_fails_with_its_errno_and_allowed_ones_work(tmp_path: Path) -> None:
+def test_refused_calls_fail_with_their_errno_and_allowed_ones_work(tmp_path: Path) -> None:
     need_python()
-    calls: list[list[Any]] = [[label, number(rule.syscall), rule_case(rule)]
-                              for label, rule in DENIED]
-    for label, (name, args, _) in ALLOWED.items():
-        calls.append([label, number(name) | (0x40000000 if label.startswith("x32") else 0),
-                      args])
+    calls = as_calls(REFUSED) + as_calls(ALLOWED)
     report = life(tmp_path, {"calls": calls,
                              "probe": ["status", "threads", "spawn", "fork", "i386"]})
     got = report["calls"]
-    wrong = {label: (got[label], rule.errno) for label, rule in DENIED
-             if got[label] != rule.errno}
-    assert wrong == {}
+    assert {label: got[label] for label in REFUSED} == {
+        label: want for label, (_, _, want) in REFUSED.items()}
     assert {label: got[label] for label in ALLOWED} == {
         label: want for label, (_, _, want) in ALLOWED.items()}
     assert report["seccomp"] == ["2"]
@@ -196,6 +230,139 @@ def test_every_denied_call_fails_with_its_errno_and_allowed_ones_work(tmp_path: 
     assert report["threads"] is True
     assert report["spawn"] == "spawned"
     assert report["fork"] == 7
+
+
+# Unassigned upstream (the x86-64 gap 335-423), yet answered by this test host's kernel
+# (a Firecracker guest's build) before seccomp is consulted: a filter refusing 336 with
+# EPERM still gets ENXIO, and 335 ends the calling process. No filter can reach them;
+# the exported-BPF test below shows this one refuses them.
+HOST_BEFORE_SECCOMP = frozenset({335, 336})
+
+
+def unlisted_numbers(arch: int = pyseccomp.Arch.X86_64) -> dict[int, str]:
+    """Every system call number this host's libseccomp knows for ``arch`` whose name the
+    table does not allow, and the numbers past the highest it knows up to 1023."""
+    allowed = seccomp_filter.allowed_names()
+    found: dict[int, str] = {}
+    for nr in range(1024):
+        try:
+            name = pyseccomp.resolve_syscall(arch, nr).decode()
+        except ValueError:
+            name = f"unknown-{nr}"
+        if name not in allowed:
+            found[nr] = name
+    return found
+
+
+@pytest.mark.sandbox
+@pytest.mark.cgroup
+def test_every_call_the_table_does_not_name_fails_with_enosys_in_a_life(tmp_path: Path) -> None:
+    """Made for real, each with zero arguments: unfiltered, nearly every one would fail
+    otherwise (EFAULT, EINVAL, EBADF, EPERM) or succeed; the filter answers ENOSYS. (The
+    few the host's kernel itself answers ENOSYS are covered by the BPF test below.)"""
+    need_python()
+    require(platform.machine() == "x86_64", "the numbers are x86-64's")
+    unlisted = unlisted_numbers()
+    assert len(unlisted) > 100 and 467 in unlisted and 1000 in unlisted
+    calls = [[f"{nr}:{name}", nr, [0, 0, 0, 0, 0, 0]] for nr, name in unlisted.items()
+             if nr not in HOST_BEFORE_SECCOMP]
+    got = life(tmp_path, {"calls": calls})["calls"]
+    assert {label: got[label] for label in got if got[label] != "ENOSYS"} == {}
+
+
+def run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = (0,) * 6) -> int:
+    """What the classic-BPF ``program`` returns for ``seccomp_data`` (nr, arch, ip 0,
+    args): an interpreter of the instructions libseccomp emits (ld abs, jeq/jgt/jge/jset
+    k, and/or k, ld/st M[], tax/txa, ret k/a)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
+    code = [struct.unpack_from("<HBBI", program, at) for at in range(0, len(program), 8)]
+    acc = x = pc = 0
+    memory = [0] * 16
+    while True:
+        op, jt, jf, k = code[pc]
+        pc += 1
+        kind = op & 0x07
+        if op == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif op == 0x00:
+            acc = k
+        elif op == 0x60:
+            acc = memory[k]
+        elif op == 0x02:
+            memory[k] = acc
+        elif op == 0x07:
+            x = acc
+        elif op == 0x87:
+            acc = x
+        elif op == 0x54:
+            acc &= k
+        elif op == 0x44:
+            acc |= k
+        elif op == 0x05:
+            pc += k
+        elif kind == 0x05:  # conditional jumps on k
+            test = {0x10: acc == k, 0x20: acc > k, 0x30: acc >= k, 0x40: bool(acc & k)}
+            pc += jt if test[op & 0xF0] else jf
+        elif op == 0x06:
+            return k
+        else:
+            raise AssertionError(f"instruction {op:#x} at {pc - 1} is not interpreted")
+
+
+AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64 = 0xC000003E, 0xC00000B7
+AUDIT_ARCH_I386, AUDIT_ARCH_ARM = 0x40000003, 0x40000028
+RET_ALLOW, RET_ENOSYS, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.ENOSYS, 0x00050000 | errno.EPERM
+MACHINES = [pytest.param("x86_64", pyseccomp.Arch.X86_64, AUDIT_ARCH_X86_64, AUDIT_ARCH_I386,
+                         id="x86_64"),
+            pytest.param("aarch64", pyseccomp.Arch.AARCH64, AUDIT_ARCH_AARCH64, AUDIT_ARCH_ARM,
+                         id="aarch64")]
+
+
+@pytest.mark.parametrize(("machine", "arch", "audit_arch", "foreign"), MACHINES)
+def test_the_exported_bpf_refuses_every_number_it_does_not_name(
+        machine: str, arch: int, audit_arch: int, foreign: int) -> None:
+    """libseccomp's own export for each machine, run for every number 0..1023 (and the
+    x32 range, and the 32-bit ABI): an allowed name is allowed, everything else is
+    ENOSYS; the narrowed calls by their arguments. The x86-64 build is the one a life
+    here gets."""
+    program = seccomp_bpf.build_for(seccomp_filter.RULES, machine)
+    if machine == platform.machine():
+        assert program == seccomp_bpf.bpf()
+    unlisted = unlisted_numbers(arch)
+    narrowed = {rule.syscall for rule in seccomp_filter.RULES if rule.args}
+    for nr in range(1024):
+        verdict = run_bpf(program, nr, audit_arch)
+        name = unlisted.get(nr)
+        if name is not None:
+            assert verdict == RET_ENOSYS, (nr, name, hex(verdict))
+        elif pyseccomp.resolve_syscall(arch, nr).decode() not in narrowed:
+            assert verdict == RET_ALLOW, nr
+        if machine == "x86_64":
+            assert run_bpf(program, nr | 0x40000000, audit_arch) == RET_ENOSYS  # x32
+    assert run_bpf(program, 20, foreign) == RET_ENOSYS
+    assert unlisted[467] == "unknown-467"  # open_tree_attr: no libseccomp here knows it
+
+    def nr(name: str) -> int:
+        return int(pyseccomp.resolve_syscall(arch, name))
+
+    def verdict(name: str, *args: int) -> int:
+        return run_bpf(program, nr(name), audit_arch, (*args, *(0,) * (6 - len(args))))
+
+    for family in range(64):
+        want = RET_ALLOW if family in (1, 2, 10, 16) else RET_EPERM
+        assert verdict("socket", family, 1) == verdict("socket", family | 1 << 32, 1) == want
+        assert verdict("socketpair", family, 1) == (RET_ALLOW if family == 1 else RET_EPERM)
+    assert verdict("socket", 16, 3, 9) == RET_EPERM  # netlink audit
+    assert verdict("memfd_secret") == RET_ENOSYS
+    for request in (0x5401, 0x5413, 0x541B, 0x541D, 0x80045430, 0xC0045877):
+        assert verdict("ioctl", 0, request) == RET_ALLOW, hex(request)
+    for request in (0x5412, 0x541C, 0x5412 | 1 << 32, 0x541C | 0xFF << 40):
+        assert verdict("ioctl", 0, request) == RET_EPERM, hex(request)
+    assert verdict("clone", 0x11 | 0x00010000) == RET_ALLOW  # a thread-like clone
+    assert verdict("clone", 0x11 | 0x10000000) == RET_EPERM  # CLONE_NEWUSER
+    assert verdict("prctl", 15) == RET_ALLOW and verdict("prctl", 35) == RET_ENOSYS
+    assert verdict("personality", 0) == RET_ALLOW
+    assert verdict("personality", 0xFFFFFFFF) == RET_EPERM
 
 
 @pytest.mark.sandbox
@@ -265,16 +432,17 @@ def keyring_request(leave: str) -> dict[str, Any]:
 def test_a_life_cannot_read_the_operators_session_keyring(tmp_path: Path) -> None:
     need_python()
     report, _ = in_session_with_secret(lambda: life(tmp_path, keyring_request("left-by-a")))
-    assert report["keyring"] == {"session": "EPERM", SECRET_NAME: "EPERM",
-                                 "left-by-a": "EPERM", "left": "EPERM"}
+    assert report["keyring"] == {"session": "ENOSYS", SECRET_NAME: "ENOSYS",
+                                 "left-by-a": "ENOSYS", "left": "ENOSYS"}
 
 
 @pytest.fixture
 def without_key_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The filter less its keyring rules: the keyring step alone must hold."""
-    keys = {"add_key", "keyctl", "request_key"}
-    monkeypatch.setattr(seccomp_filter, "RULES",
-                        tuple(r for r in seccomp_filter.RULES if r.syscall not in keys))
+    """The filter with the keyring calls allowed: the keyring step alone must hold."""
+    keys = ("add_key", "keyctl", "request_key")
+    monkeypatch.setattr(seccomp_filter, "RULES", (
+        *seccomp_filter.RULES, *(seccomp_filter.Rule(name, "ALLOW", "this test only")
+                                 for name in keys)))
 
 
 @pytest.mark.sandbox
@@ -361,7 +529,7 @@ def test_a_life_exhausts_its_own_counters_never_the_hosts(tmp_path: Path) -> Non
     assert report["rlimits"] == {
         "RLIMIT_MSGQUEUE": [limits["message_queue_bytes"]] * 2,
         "RLIMIT_SIGPENDING": [limits["pending_signals"]] * 2}
-    assert report["mq_open"] == "EMFILE"  # no message-queue bytes of the host's to take
+    assert report["mq_open"] == "ENOSYS"  # not on the list (and no bytes of the host's)
     opened, error = report["files"]
     assert error == "EMFILE" and limits["open_files"] - 16 < opened < limits["open_files"]
 

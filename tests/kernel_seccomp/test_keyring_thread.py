@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 
 from reconciler.kernel.sandbox import keyring
 
@@ -36,12 +35,18 @@ def test_a_life_armed_before_its_spawning_step_returned_lives_on() -> None:
 
 
 def test_the_spawning_thread_ends_once_the_process_has() -> None:
-    proc = keyring.in_fresh_session_keyring(_spawn_and_see_it_armed)
+    spawners: list[threading.Thread] = []
+
+    def spawn() -> subprocess.Popen[str]:
+        spawners.append(threading.current_thread())  # the thread itself, whatever its name
+        return _spawn_and_see_it_armed()
+
+    proc = keyring.in_fresh_session_keyring(spawn)
+    (spawner,) = spawners
+    assert spawner is not threading.current_thread() and spawner.is_alive()
     proc.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while any(t.name == "ouro-life-keyring" for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "the keyring thread outlived its process"
-        time.sleep(0.01)
+    spawner.join(10)
+    assert not spawner.is_alive(), "the keyring thread outlived its process"
 
 
 def test_a_value_that_is_no_process_is_handed_back_and_errors_raise() -> None:

@@ -2,7 +2,8 @@
 keeps running under that stored kernel (no filter, no sandbox disclosure), while one
 born under it runs confined -- in-process, and from the kernel store as a pinned
 subprocess once a later kernel change makes it an old lineage in turn; and at the real
-boundary of physics release 3, a lineage born under release 2 keeps its stored kernel."""
+boundary of physics release 3, a lineage born under release 2 keeps its stored kernel, and
+at that of release 5, one born under release 4 keeps its own."""
 
 from __future__ import annotations
 
@@ -116,3 +117,49 @@ def test_lineages_born_under_release_2_keep_their_kernel_after_release_3(
     assert three["outcome"] == "no-change", three["stderr_tail"]
     assert three["ran_with"]["kernel"]["source"] == "running"
     assert three["ran_with"]["kernel"]["fingerprint"] != born_two["fingerprint"]  # new physics
+
+
+# main just before physics release 5 (the allow-list filter, probes under a life's bounds,
+# an empty completion a reply)
+BEFORE_RELEASE_5 = "a5035bcbcc7628ac70689ccfced384a02ee5c4f5"
+
+
+def test_lineages_born_under_release_4_keep_their_kernel_after_release_5(
+        tmp_path: Path) -> None:
+    """The real boundary: main before release 5 births a lineage (its filter a deny list,
+    default allow); this ouro extends it by its stored kernel, unchanged -- the same
+    commit, fingerprint and filter -- and births new ones under the allow list."""
+    old_source = tmp_path / "ouro-before"
+    require(source_at(BEFORE_RELEASE_5, old_source), "needs this repository's git history")
+    space = workspace(tmp_path, source=old_source)
+    checkout, state, env, specs = space.checkout, space.state, space.env, space.specs
+
+    write_spec(specs, "four", 1)
+    apply_json(checkout, env, specs)  # born under release 4
+    born = _record(state, "four", 1)
+    born_kernel = born["ran_with"]["kernel"]
+    assert born["constraints"]["sandbox"]["seccomp"]["default_action"] == "allow"
+    assert "running_totals" in born  # release 4's field
+
+    replace_source(checkout)
+    commit(checkout, "release 5")
+    write_spec(specs, "four", 2)
+    write_spec(specs, "five", 1)
+    apply_json(checkout, env, specs)
+    extended = _record(state, "four", 2)
+    assert extended["outcome"] == "no-change", extended["stderr_tail"]
+    kernel = extended["ran_with"]["kernel"]
+    assert kernel["source"] == "store", extended["ran_with"]  # its own stored kernel
+    assert (kernel["commit"], kernel["fingerprint"]) == \
+        (born_kernel["commit"], born_kernel["fingerprint"])
+    assert extended["constraints"]["sandbox"] == born["constraints"]["sandbox"]  # unchanged
+    assert extended["seccomp_bpf_sha256"] == born["seccomp_bpf_sha256"]
+    five = _record(state, "five", 1)
+    assert five["outcome"] == "no-change", five["stderr_tail"]
+    assert five["ran_with"]["kernel"]["source"] == "running"
+    assert five["ran_with"]["kernel"]["fingerprint"] != born_kernel["fingerprint"]
+    seccomp = five["constraints"]["sandbox"]["seccomp"]
+    assert (seccomp["schema"], seccomp["default_action"]) == ("ouro-seccomp/v2", "ENOSYS")
+    assert seccomp["table_sha256"] == seccomp_filter.table_sha256()
+    assert five["seccomp_bpf_sha256"] == seccomp_bpf.bpf_sha256()
+    assert five["seccomp_bpf_sha256"] != born["seccomp_bpf_sha256"]

@@ -12,7 +12,7 @@ from typing import get_args
 
 import pytest
 
-from reconciler.engine import probe
+from reconciler.engine import provider_check as probe
 from reconciler.kernel.base import config, identity, refusals, registry
 from reconciler.kernel.base.errors import DamageError, DriftError
 from reconciler.kernel.broker import door, providers
@@ -63,7 +63,10 @@ def test_the_fingerprint_covers_the_tree_by_relative_path(tmp_path: Path, plante
 
 def test_every_provider_list_derives_from_the_registry() -> None:
     names = tuple(record.name for record in registry.REGISTRY)
-    assert names == registry.PROVIDERS == config.PROVIDERS == get_args(models.Provider)
+    assert names == registry.PROVIDERS == config.PROVIDERS
+    # a spec's providers: the kernel's, and recorded (ouro's replay folder of another
+    # lineage's replies: the kernel sees replay, reconciler.spec.loaded)
+    assert get_args(models.Provider) == (*registry.PROVIDERS, models.RECORDED)
     assert tuple(r.name for r in registry.REGISTRY if r.offline) == config.OFFLINE_PROVIDERS
     assert set(door.KEYED) == providers.KEYED_PROVIDERS == {
         r.name for r in registry.REGISTRY if r.needs_key}

@@ -20,8 +20,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "empty.yaml": ["1:1: empty: no spec document in this file"],
     "foreign.yaml": [
-        "1:13: apiVersion: must be ouro/v1, not string 'apps/v1'",
-        "2:7: kind: must be Lineage or LineageSet, not string 'Deployment'",
+        "1:13: apiVersion: must be ouro/v1; this file says another value (a string)",
+        "2:7: kind: must be Lineage or LineageSet; this file says another value (a string)",
     ],
     "list.yaml": [
         "1:1: a spec document is a mapping with apiVersion, kind, metadata and spec, not a list",

@@ -65,7 +65,7 @@ def test_the_console_entry_point_never_shows_a_traceback(tmp_path: Path) -> None
     assert "Traceback" not in run.stderr
     assert run.stderr.splitlines() == [
         f"{tmp_path}/also.yaml:1:5: YAML syntax error: mapping values are not allowed here",
-        f"{tmp_path}/bad.yaml:1:1: not UTF-8 text: byte 0xff cannot be decoded (specs are UTF-8)",
+        f"{tmp_path}/bad.yaml:1:1: not UTF-8 text: a byte here cannot be decoded (specs are UTF-8)",
         f"{tmp_path}/missing:1:1: no such file or folder",
         "ouro validate: 3 problems in 3 files",
     ]

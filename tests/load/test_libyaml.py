@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.errors import SpecError
-from reconciler.spec import load
+from reconciler.spec import load, yamldocs
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted([*(ROOT / "specs").glob("*.yaml"), *(ROOT / "examples").glob("*.yaml"),
@@ -17,7 +17,7 @@ CORPUS = sorted([*(ROOT / "specs").glob("*.yaml"), *(ROOT / "examples").glob("*.
 
 
 def _outcome(paths: list[Path], monkeypatch: pytest.MonkeyPatch, fast: bool) -> object:
-    monkeypatch.setattr(load, "_HAVE_LIBYAML", fast)
+    monkeypatch.setattr(yamldocs, "HAVE_LIBYAML", fast)
     try:
         return [(s.name, s.sha256, s.spec, s.line) for s in load.load_specs(paths)]
     except SpecError as error:
@@ -25,7 +25,7 @@ def _outcome(paths: list[Path], monkeypatch: pytest.MonkeyPatch, fast: bool) -> 
 
 
 def test_libyaml_is_installed() -> None:
-    assert load._HAVE_LIBYAML, "ruamel.yaml.clib is a dependency: pip install -e ."
+    assert yamldocs.HAVE_LIBYAML, "ruamel.yaml.clib is a dependency: pip install -e ."
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -221,18 +221,18 @@ spec:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (b"apiVersion: ouro/v1\nkind: \xff\n", "2:7: not UTF-8 text: byte 0xff cannot be decoded "
-         "(specs are UTF-8)"),
+        (b"apiVersion: ouro/v1\nkind: \xff\n", "2:7: not UTF-8 text: a byte here cannot be "
+         "decoded (specs are UTF-8)"),
         (b"", "1:1: empty: no spec document in this file"),
         (b"# only a comment\n---\n", "1:1: empty: no spec document in this file"),
         (b"just a string\n", "1:1: a spec document is a mapping with apiVersion, kind, metadata "
-         "and spec, not string 'just a string'"),
+         "and spec, not a string"),
         (b"a: 1\n\tb: 2\n", "2:1: YAML syntax error: while scanning for the next token; found "
          "character '\\t' that cannot start any token"),
         (b"a: \x07\n", "1:4: YAML cannot contain character '\\x07' (control characters are "
          "not allowed)"),
         (b"!!python/object:os.system {}\n", "1:1: YAML syntax error: could not determine a "
-         "constructor for the tag 'tag:yaml.org,2002:python/object:os.system'"),
+         "constructor for the tag"),
         (b"apiVersion: ouro/v1\n", "1:1: kind: required, but missing (this file must say kind: "
          "Lineage or LineageSet)"),
         (b"1: x\napiVersion: ouro/v1\nkind: Lineage\nmetadata: {name: k}\n"

@@ -217,7 +217,6 @@ def test_fresh_lineage_facts(tmp_path: Path) -> None:
     assert seen.lineage_head == builder.head
     assert seen.last_generation is not None
     assert (seen.last_generation.number, seen.last_generation.status) == (2, "died")
-    assert seen.last_status == "died"
     assert seen.last_observation is not None and seen.last_observation["generation"] == 2
     assert seen.observation_metadata == builder.observation_metadata()
     assert seen.head_branch == builder.paths.branch

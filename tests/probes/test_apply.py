@@ -78,7 +78,8 @@ def assert_history_columns(env: dict[str, str], sizes: list[int]) -> None:
     table = list(csv.DictReader(io.StringIO(exported.stdout)))
     assert [(row["probe.size.bytes"], row["probe.size.loads"]) for row in table] == [
         (str(size), "True") for size in sizes]
-    assert list(table[0])[-2:] == ["probe.size.bytes", "probe.size.loads"]
+    assert list(table[0])[-3:] == ["probe.size.bytes", "probe.size.loads", "probe_failure.size"]
+    assert all(row["probe_failure.size"] == "" for row in table)  # measured, none failed
     lines = run_ouro("export", "alpha", "--format", "jsonl", env=env).stdout.splitlines()
     assert [json.loads(line)["probe.size.bytes"] for line in lines] == sizes
     logged = json.loads(run_ouro("log", "alpha", "--json", env=env).stdout)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import random
 import signal
@@ -157,23 +157,34 @@ def test_a_sandbox_that_cannot_run_is_said_so_and_nothing_is_recorded(
 
 
 def test_a_backfill_killed_midway_resumes_with_only_what_is_missing(tmp_path: Path) -> None:
-    paths, _ = lineage(tmp_path, 20)
+    paths, commits = lineage(tmp_path, 20)
     resolved = resolve(probe())
-    for attempt in range(2):
+    def measured() -> int:
+        return len(stored.coverage(paths).get(resolved.digest, frozenset()))
+
+    for _attempt in range(2):
         child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
                                  cwd=Path(__file__).resolve().parents[2],
                                  start_new_session=True)
-        time.sleep(random.uniform(0.3, 1.5))
+        # killed at a random point once it has recorded one more generation (a kill
+        # before any record would leave nothing to resume from)
+        start, deadline = measured(), time.monotonic() + 60
+        while measured() == start and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(random.uniform(0, 0.3))
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-        del attempt
-    before = len(stored.coverage(paths).get(resolved.digest, frozenset()))
+    before = measured()
+    assert 0 < before < 20, before  # it progressed, and was cut off
     done = measure_missing(paths, [resolved], parallel=2)
     assert done.errors == [] and done.records == 20 - before
     assert stored.coverage(paths) == {resolved.digest: frozenset(range(1, 21))}
     messages = branch_commits(paths)
     assert len(messages) == 20 and len(set(messages)) == 20  # each generation once
-    assert all(json.dumps(r.record["metrics"]) for r in stored.records(paths))
+    # each record is its own generation's measurement (gen n has n + 2 defuns)
+    assert [(r.generation, r.record["commit"], r.record["metrics"])
+            for r in stored.records(paths)] == [
+        (n + 1, commits[n], {"defuns": 3 + n, "ok": True}) for n in range(20)]
 
 
 @pytest.mark.slow  # 200 generations measured, killed three times on the way
@@ -186,11 +197,15 @@ def test_a_backfill_of_200_generations_killed_at_random_points_measures_each_onc
         child = subprocess.Popen([sys.executable, "-c", BACKFILL, str(tmp_path), COUNT],
                                  cwd=Path(__file__).resolve().parents[2],
                                  start_new_session=True)
-        # killed at a random point (or when it ended by itself)
-        deadline = time.monotonic() + random.uniform(0.5, 2.0)
-        while time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.1)
-        os.killpg(child.pid, signal.SIGKILL)
+        # killed at a random point once it has measured a few more (a host fast enough to
+        # measure all 200 between two looks is not one this test can cut off: it says so)
+        target = seen[-1] + random.randint(1, 40)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and child.poll() is None and len(
+                stored.coverage(paths).get(resolved.digest, frozenset())) < target:
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):  # it ended by itself: its group is gone
+            os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         seen.append(len(stored.coverage(paths).get(resolved.digest, frozenset())))
     assert seen == sorted(seen) and seen[-1] < 200, seen  # it progressed, and was cut off

@@ -111,9 +111,9 @@ def test_log_takes_a_set_by_name(grown: tuple[Path, list[str]],
     lines = out.splitlines()
     assert lines[0] == "set sweep: 1 member in 1 cell, 3 orphaned"
     assert lines[2].startswith(f"    {names[0]}: 2 generations, 1 died")
-    assert lines[3].split() == ["gen", "outcome", "organism", "diff", "calls", "tok", "in",
-                                "tok", "out", "spend", "$", "cpu", "s", "peak", "mem",
-                                "wall", "s", "started"] and lines[3].startswith("      gen")
+    assert lines[3].split() == ["gen", "outcome", "organism", "diff", "calls", "spend", "$",
+                                "cpu", "s", "peak", "mem", "wall", "s"]
+    assert lines[3].startswith("      gen")
     assert [line.split(":")[0].strip() for line in lines
             if line.startswith("    sweep-")] == names
     assert out.count("orphaned: no longer in set sweep") == 3
@@ -136,8 +136,9 @@ def test_export_carries_set_and_matrix_columns(grown: tuple[Path, list[str]],
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     header = out.splitlines()[0].split(",")
-    assert header[-6:] == ["set", "cell", "replica", "orphaned", "matrix.model",
-                           "matrix.ceilings.wall"]
+    assert header[-2:] == ["matrix.model", "matrix.ceilings.wall"]
+    design = ["set", "cell", "replica", "orphaned", "parent_lineage", "parent_generation"]
+    assert header[header.index("usage_exceeds_request") + 1:][:6] == design
     assert [row["lineage"] for row in rows] == [  # rows 0, 1, 2: the seed first
         name for name in names for _ in (0, 1, 2)] + ["alone"] * 2
     first = rows[0]
@@ -146,14 +147,16 @@ def test_export_carries_set_and_matrix_columns(grown: tuple[Path, list[str]],
                                                '{"name":"other","provider":"echo"}', "60s")
     assert [row["orphaned"] for row in rows[::3]] == ["False", "True", "True", "True", ""]
     assert rows[-3]["matrix.model"] == "" and rows[-3]["replica"] == "1"  # a lost value
-    assert all(rows[-1][column] == "" for column in header[-6:])  # not in a set
+    assert all(rows[-1][column] == "" for column in [*design, *header[-2:]])  # not in a set
+    assert rows[-1]["absolute_generation"] == rows[-1]["generation"] == "1"  # no fork
+    assert rows[-2]["absolute_generation"] == rows[-2]["generation"] == "0"  # its seed
     code, out, _ = ouro(monkeypatch, capsys, "export", "--format", "jsonl", "--specs", spec,
                         "sweep")
     first_line = json.loads(out.splitlines()[0])
     assert first_line["matrix.model"] == {"provider": "echo", "name": "other"}
     assert first_line["replica"] == 0 and first_line["orphaned"] is False
-    code, out, _ = ouro(monkeypatch, capsys, "export", "alone")  # no set: columns unchanged
-    assert out.splitlines()[0].split(",")[-1] == "usage_exceeds_request"
+    code, out, _ = ouro(monkeypatch, capsys, "export", "alone")  # no set: no matrix columns
+    assert out.splitlines()[0].split(",")[-1] == "absolute_generation"
 
 
 def test_an_orphan_name_gives_its_cell_and_replica() -> None:

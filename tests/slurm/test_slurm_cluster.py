@@ -270,7 +270,7 @@ def test_a_time_limit_too_short_for_one_generation_is_refused(
     # a lineage's error is printed once, in the summary (stdout); progress points to it
     assert "spec.executor.slurm.time 120s is too short" in result.stdout
     assert f"{specs / 'sl-short.yaml'}:1" in result.stdout
-    assert "sl-short: 1 error; the summary says what" in result.stderr
+    assert "sl-short: 1 error; apply's summary (on stdout, at the end) says what" in result.stderr
     assert not (tmp_path / "state" / "sl-short.git").exists()
 
 

@@ -126,7 +126,9 @@ def test_model_defaults_are_the_kernels() -> None:
 
 def test_provider_and_enforcement_lists_are_the_kernels() -> None:
     schema = json.loads(schema_text())["$defs"]
-    assert tuple(schema["ModelSpec"]["properties"]["provider"]["enum"]) == kc.PROVIDERS
+    # the kernel's providers, and the control plane's own `recorded` (a replay folder it fills)
+    assert tuple(schema["ModelSpec"]["properties"]["provider"]["enum"]) == (*kc.PROVIDERS,
+                                                                            "recorded")
     assert tuple(schema["CeilingsSpec"]["properties"]["enforcement"]["enum"]) == kc.ENFORCEMENTS
 
 

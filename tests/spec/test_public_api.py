@@ -20,7 +20,8 @@ PUBLIC = {
            "StorageSpec", "branch_name_problem", "json_schema"],
     units: ["DURATION_PATTERN", "MONEY_PATTERN", "POSITIVE_DURATION_PATTERN",
             "POSITIVE_MONEY_PATTERN", "POSITIVE_SIZE_PATTERN", "SIZE_PATTERN", "describe",
-            "format_duration", "format_size", "parse_duration", "parse_money", "parse_size"],
+            "format_duration", "format_size", "kind", "parse_duration", "parse_money",
+            "parse_size"],
     prices: ["KNOWN_PRICES", "known_models", "known_price"],
 }
 
@@ -41,7 +42,8 @@ def test_the_contract_signatures() -> None:
     )
     fields = [f for f in load.LoadedSpec.__dataclass_fields__]
     assert fields == ["spec", "file", "document_index", "line", "sha256", "declared_branch",
-                      "declared_observation_branch", "probes", "set_name", "member", "fork_parent"]
+                      "declared_observation_branch", "probes", "set_name", "member", "fork_parent",
+                      "recorded_dir"]
     for name in ("paths", "model", "ceilings"):
         assert callable(getattr(load.LoadedSpec, name))
     assert isinstance(load.LoadedSpec.name, property)

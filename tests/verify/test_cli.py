@@ -152,7 +152,6 @@ def test_the_public_api_is_chosen() -> None:
         "Resume",
         "accounted_spend",
         "audit_lineage",
-        "audit_lineages",
         "exception_class_name",
         "observation_valid",
         "restored_organism",

@@ -53,6 +53,14 @@ class Viewer:
     def page(self, path: str) -> str:
         return f"{self.base}{path}"
 
+    @property
+    def address(self) -> str:
+        return urllib.parse.urlsplit(self.base).hostname or ""
+
+    @property
+    def port(self) -> int:
+        return urllib.parse.urlsplit(self.base).port or 0
+
 
 def start_viewer(env: dict[str, str], *args: str) -> Viewer:
     process = subprocess.Popen(ouro_argv("view", *args), cwd=REPO_ROOT, env=env,
@@ -60,7 +68,8 @@ def start_viewer(env: dict[str, str], *args: str) -> Viewer:
                                stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
-    match = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=([A-Za-z0-9_-]+)", line)
+    # a random address of 127.0.0.0/8 (reconciler.viewer.server), or the --host given
+    match = re.search(r"(http://127\.\d+\.\d+\.\d+:\d+)/\?token=([A-Za-z0-9_-]+)", line)
     if match is None:
         process.kill()
         _out, err = process.communicate(timeout=10)

@@ -12,7 +12,14 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its test cli
     from starlette.testclient import TestClient
 
 from reconciler.errors import OuroError
-from reconciler.viewer.app import CSP, FleetSource, Shown, cookie_name, create_app
+from reconciler.viewer.app import (
+    CSP,
+    FleetSource,
+    Shown,
+    cookie_name,
+    cookie_value,
+    create_app,
+)
 from reconciler.viewer.server import spec_stamp
 from tests.observe.builder import LineageBuilder, lineage_paths
 
@@ -40,9 +47,32 @@ def test_every_page_carries_the_policy_and_the_cookie_is_strict(tmp_path: Path) 
     assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
     assert response.headers["x-content-type-options"] == "nosniff"
     cookie = response.headers["set-cookie"]
-    assert f"{cookie_name(0)}={TOKEN}" in cookie and "HttpOnly" in cookie
+    value = cookie_value(TOKEN, "127.0.0.1", 0)
+    assert f"{cookie_name(0)}={value}" in cookie and "HttpOnly" in cookie
+    assert TOKEN not in cookie  # the cookie is not the token
     assert "samesite=strict" in cookie.lower()
     assert client.get("/lineage/grown").status_code == 200  # the cookie stands in now
+
+
+def test_the_cookie_is_bound_to_its_address_and_port(tmp_path: Path) -> None:
+    """A viewer with the same token on another address or port refuses another's cookie;
+    the token itself in a cookie is refused too (it is not what the viewer sets)."""
+    source = FleetSource(lambda: {}, fixed=True)
+    source.cache_dir = tmp_path / "cache"
+    mine = cookie_value(TOKEN, "127.9.8.7", 8001)
+    assert mine != cookie_value(TOKEN, "127.9.8.7", 8002) != cookie_value(TOKEN, "127.0.0.1",
+                                                                         8001)
+    for address, port, accepted in [("127.9.8.7", 8001, True), ("127.9.8.7", 8002, False),
+                                    ("127.0.0.1", 8001, False)]:
+        app = create_app(source, TOKEN, hosts=["127.0.0.1", address], port=port,
+                         address=address)
+        client = TestClient(app, base_url=f"http://{address}")
+        for value, ok in [(mine, accepted), (TOKEN, False)]:
+            client.cookies.set(cookie_name(8001), value)
+            client.cookies.set(cookie_name(port), value)
+            assert (client.get("/").status_code == 200) is ok, (address, port, value)
+            client.cookies.clear()
+        assert client.get(f"/?token={mine}").status_code == 403  # nor is it the token
 
 
 def test_pages_of_a_lineage_with_and_without_generations(tmp_path: Path) -> None:
@@ -162,3 +192,19 @@ def test_cumulative_spend_adds_the_known_spends(tmp_path: Path) -> None:
                   cumulative=True)
     assert gap[0] == pytest.approx(0.02) and math.isnan(gap[1])
     assert gap[2] == pytest.approx(0.05)
+
+
+def test_the_y_axis_is_never_negative_for_non_negative_data() -> None:
+    """A flat zero (a free model's spend) is drawn from 0, not around a negative axis;
+    negative data keeps its axis (issue 41, 6)."""
+    from reconciler.viewer import plots
+
+    for values, bottom in (([0.0, 0.0, 0.0], 0.0), ([0.0, 2.5, 1.0], 0.0)):
+        _figure, axes = plots._figure()
+        axes.plot([1, 2, 3], values)
+        plots._floor(axes)
+        assert axes.get_ylim()[0] == bottom, values
+    _figure, axes = plots._figure()
+    axes.plot([1, 2, 3], [0.0, -1.0, 1.0])
+    plots._floor(axes)
+    assert axes.get_ylim()[0] < -1.0

@@ -85,7 +85,10 @@ def test_a_lineage_page_shows_every_generation(browser: Any, fleet_viewer: Viewe
     assert "died" in rows[3].get_attribute("class")
     assert "✎1" in rows[3].text  # the external edit before gen 4
     plots = css(browser, "img.plot")
-    assert len(plots) == 6  # spend, cumulative spend, tokens, cpu, memory, size
+    # tokens, cpu, memory, size: story's model spent nothing, so no spend plot leads
+    assert [img.get_attribute("src").rsplit("/", 1)[1] for img in plots] == [
+        "tokens.svg", "cpu.svg", "memory.svg", "size.svg"]
+    assert css(browser, "p.no-spend")
     assert wait_for(lambda: all(browser.execute_script(
         "return arguments[0].complete && arguments[0].naturalWidth > 0", img) for img in plots))
     shot = tmp_path / "lineage-story.png"

@@ -29,10 +29,51 @@ def _family(root: Path) -> Family:
     return family
 
 
+def _points(browser: Any, viewer: Any, path: str) -> dict[str, list[float]]:
+    """Each lineage's points' x in the fleet plot at ``path`` (its markers, in Chromium's
+    DOM), by name (the plot's lineage-N is the fleet table's N-th lineage)."""
+    open_page(browser, viewer, "/")
+    names = [row.text for row in css(browser, "table.fleet tr.lineage td:first-child a")]
+    open_page(browser, viewer, path)
+    found = browser.execute_script(
+        "return Array.from(document.querySelectorAll('g[id^=\"lineage-\"]')).map("
+        "function (g) { return [g.id, Array.from(g.querySelectorAll('use')).map("
+        "function (u) { return parseFloat(u.getAttribute('x')); })]; })")
+    return {names[int(gid.split("-")[1])]: xs for gid, xs in found}
+
+
+def _a_fork_s_page_and_plots(browser: Any, viewer: Any) -> None:
+    """Issue 41, 6: the fork's page names its parent and that it is suspended; its points
+    sit at its parent's generations (child forked from scribe's gen 2: its gen 1 is drawn
+    where scribe's gen 3 is); a free model's pages lead with no spend plot."""
+    open_page(browser, viewer, "/lineage/child")
+    fork = css(browser, "p.fork")[0]
+    assert fork.text.startswith("A fork of scribe, from its generation 2"), fork.text
+    assert css(browser, "p.fork a.parent")[0].get_attribute("href").endswith("/lineage/scribe")
+    assert css(browser, "p.fork a.fork-point")[0].get_attribute("href").endswith(
+        "/lineage/scribe/gen/2")
+    assert css(browser, "p.suspended")[0].text.startswith("suspended")
+    alts = [img.get_attribute("alt") for img in css(browser, "img.plot")]
+    assert alts and not [alt for alt in alts if "spend" in alt], alts  # echo: nothing spent
+    assert "No model spend recorded" in css(browser, "p.no-spend")[0].text
+    open_page(browser, viewer, "/")
+    assert css(browser, "tr.lineage span.suspended")  # the fleet says so too
+    assert not [img for img in css(browser, "img.fleet-plot")
+                if "spend" in img.get_attribute("alt")]
+    points = _points(browser, viewer, "/fleet-plot/cpu.svg")
+    first, second, third = points["scribe"][:3]
+    assert third - second == pytest.approx(second - first, abs=0.5)  # one generation apart
+    assert points["child"][0] == pytest.approx(third, abs=0.5), points
+    assert points["grandchild"][0] == pytest.approx(third + (second - first), abs=0.5)
+
+
 def test_the_family_tree_shows_forks_under_their_parents(browser: Any, tmp_path: Path) -> None:
     family = _family(tmp_path / "family")
+    child = family.specs / "child.yaml"
+    child.write_text(child.read_text() + "  suspend: true\n")
     viewer = start_viewer(family.env, str(family.specs))
     try:
+        _a_fork_s_page_and_plots(browser, viewer)
         open_page(browser, viewer, "/")
         (link,) = css(browser, "a.family")
         link.click()

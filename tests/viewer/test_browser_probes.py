@@ -92,6 +92,7 @@ def test_probe_metrics_are_plotted_with_deaths_failures_and_until_stops(
 
 def _lineage_page(browser: Any, viewer: Viewer) -> None:
     open_page(browser, viewer, "/lineage/counted")
+    assert css(browser, "h1")[0].text == "counted: 7 generations, done (target-reached)"
     until = css(browser, "p.stopped.until")[0].text
     assert until.startswith("done after gen 7 (target-reached): gen 7 measured "
                             "shape.defuns = 4, at least 4"), until
@@ -123,6 +124,15 @@ def _fleet_page(browser: Any, viewer: Viewer) -> None:
              for row in css(browser, "table.fleet tr.lineage")}
     assert stops == {"counted": "after gen 7: target-reached",
                      "still": "after gen 3: plateau"}
+    # done by its target is done (issue 41, 6): not "7 / 8" with a partial bar
+    progress = {row.find_elements("css selector", "td")[0].text:
+                row.find_elements("css selector", "td.progress")[0]
+                for row in css(browser, "table.fleet tr.lineage")}
+    assert progress["counted"].text == "7 done (target-reached)", progress["counted"].text
+    assert progress["still"].text == "3 done (plateau)", progress["still"].text
+    for cell in progress.values():
+        bar = cell.find_elements("css selector", "progress")[0]
+        assert bar.get_attribute("value") == bar.get_attribute("max")
     chooser = Select(css(browser, "form.probe-metric select")[0])
     assert [option.text for option in chooser.options] == [
         "probe.shape.bytes", "probe.shape.defuns", "probe.shape.grown"]

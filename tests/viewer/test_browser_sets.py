@@ -84,6 +84,24 @@ def _loaded(driver: Any) -> bool:
         for img in css(driver, "img.set-plot"))
 
 
+def _no_metric_link_wraps(browser: Any, viewer: Any, tmp_path: Path) -> None:
+    """At 1,400 px (issue 41, 6) and at 700, each metric link is one line box: a label
+    never wraps mid-way (the links wrap between labels)."""
+    try:
+        for width in (1400, 700):
+            browser.set_window_size(width, 1000)
+            open_page(browser, viewer, "/set/trial?metric=probe.score.value")
+            boxes = browser.execute_script(
+                "return Array.from(document.querySelectorAll('nav.metrics a'))"
+                ".map(a => [a.textContent, a.getClientRects().length])")
+            assert boxes and all(count == 1 for _text, count in boxes), (width, boxes)
+            shot = tmp_path / f"set-page-{width}.png"
+            assert browser.save_screenshot(str(shot))
+            save_artifact(shot, shot.name)
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
 def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
         browser: Any, tmp_path: Path) -> None:
     env, spec, names = _grow(tmp_path)
@@ -116,6 +134,7 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
         shot = tmp_path / "set-page.png"
         assert browser.save_screenshot(str(shot))
         save_artifact(shot, shot.name)
+        _no_metric_link_wraps(browser, viewer, tmp_path)
         orphans = [span.find_element("css selector", "a").text
                    for span in css(browser, "span.member.orphaned")]
         assert orphans == [names[0][2], names[1][2]]

@@ -82,7 +82,7 @@ def test_stops_before_a_generation_are_shown_until_a_generation_runs(
         [shown] = _texts(browser, "p.stopped")
         assert f"replay folder {replies} has 1 reply, all used by gen 1; generation 2 has " \
             "none: add replies to the folder" in shown
-        offline = run_ouro("apply", "--yes", "--json", "--no-probe",
+        offline = run_ouro("apply", "--yes", "--json", "--no-provider-check",
                            str(specs / "offline.yaml"), env=env)
         assert offline.returncode == 1, offline.stdout + offline.stderr
         assert (report(offline)["lineages"][0]["generations_run"],

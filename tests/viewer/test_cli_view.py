@@ -36,7 +36,7 @@ def test_a_busy_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        code, err = run(monkeypatch, capsys, "view", "--port", str(port))
+        code, err = run(monkeypatch, capsys, "view", "--host", "127.0.0.1", "--port", str(port))
     assert code == 1 and f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err
 
 

@@ -12,6 +12,7 @@ import resource
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from reconciler.kernel.base import formats
 from reconciler.viewer import guard, pages
-from reconciler.viewer.app import cookie_name
+from reconciler.viewer.app import cookie_name, cookie_value
 from tests.observe.builder import LineageBuilder
 from tests.viewer.browser import (
     Viewer,
@@ -81,11 +82,88 @@ def test_two_viewers_keep_their_own_httponly_strict_cookies(browser: Any,
     open_page(browser, first, "/lineage/small", token=False)  # the cookie alone admits
     assert "403" not in browser.page_source and "small" in browser.title, browser.page_source
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: no script reads it
-    cookies = {cookie["name"]: cookie for cookie in browser.get_cookies()}
     for viewer in viewers:
-        cookie = cookies[cookie_name(int(viewer.base.rsplit(":", 1)[1]))]
-        assert cookie["value"] == viewer.token
+        open_page(browser, viewer, "/lineage/small", token=False)
+        cookies = {cookie["name"]: cookie for cookie in browser.get_cookies()}  # this host's
+        cookie = cookies[cookie_name(viewer.port)]
+        assert cookie["value"] == cookie_value(viewer.token, viewer.address, viewer.port)
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert first.address != second.address  # each on a random address of its own
+    browser.delete_all_cookies()
+
+
+class _Recorder:
+    """A plain HTTP server on ``address`` that records the Cookie header of each request:
+    another local server the browser visits."""
+
+    def __init__(self, address: str) -> None:
+        import http.server
+
+        seen: list[str] = []
+        self.seen = seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # http.server's name for a GET
+                seen.append(self.headers.get("Cookie", ""))
+                body = b"<html><title>other</title>another local server</html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _visit(browser: Any, url: str) -> None:
+    browser.get(url)
+    assert wait_for(lambda: browser.execute_script("return document.readyState")
+                    == "complete")
+
+
+def test_no_other_local_server_receives_a_usable_cookie(browser: Any,
+                                                        viewers: list[Viewer]) -> None:
+    """Issue 36, 9: a server on another port of 127.0.0.1 that the browser visits after
+    the viewer receives no cookie of it (the viewer serves on an address of its own); one
+    on the viewer's own address but another port (a party that found the address) gets a
+    value that is not the token and that no other viewer accepts."""
+    viewer = viewers[0]
+    open_page(browser, viewer, "/")
+    open_page(browser, viewer, "/lineage/small", token=False)  # the cookie admits
+    assert "403" not in browser.page_source
+    elsewhere = _Recorder("127.0.0.1")
+    beside = _Recorder(viewer.address)
+    try:
+        _visit(browser, elsewhere.url)
+        _visit(browser, beside.url)
+    finally:
+        elsewhere.close()
+        beside.close()
+    assert elsewhere.seen and not any("ouro_view" in seen for seen in elsewhere.seen), (
+        elsewhere.seen)
+    received = dict(part.strip().split("=", 1) for seen in beside.seen
+                    for part in seen.split(";") if "=" in part)
+    value = received[cookie_name(viewer.port)]  # browsers scope cookies by host, not port
+    assert value != viewer.token
+    for replayed in (f"{viewer.base}/?token={value}", f"{viewers[1].base}/?token={value}"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(replayed)
+        assert refused.value.code == 403
+    other = urllib.request.Request(f"{viewers[1].base}/",
+                                   headers={"Cookie": f"{cookie_name(viewers[1].port)}={value}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(other, timeout=30)
+    assert refused.value.code == 403
     browser.delete_all_cookies()
 
 
@@ -154,7 +232,7 @@ def test_a_flood_of_idle_and_junk_connections_locks_nobody_out(
 ) -> None:
     require_browser()
     viewer = start_viewer(_env(small_state))
-    port = int(viewer.base.rsplit(":", 1)[1])
+    address, port = viewer.address, viewer.port
     flood: list[socket.socket] = []
     started = time.monotonic()
     try:
@@ -162,7 +240,7 @@ def test_a_flood_of_idle_and_junk_connections_locks_nobody_out(
             if time.monotonic() - started > 60:  # ... and in time
                 break
             try:
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock = socket.create_connection((address, port), timeout=5)
             except OSError:
                 continue  # the backlog was full for a moment: the viewer sheds
             if index % 3 == 1:

@@ -187,7 +187,7 @@ def test_a_final_failure_stops_the_lineage_whatever_the_spec(tmp_path: Path) -> 
     assert "stopped after gen 1 (auth)" in lineage and "set MY_KEY to a valid key" in lineage
     assert "after gen 1: auth" in _get(with_spec, "/")
     page = _get(with_spec, "/lineage/keyed/gen/1")
-    assert "final: stops the lineage" in page
+    assert "final; stops the lineage" in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
     without = _client({"keyed": Shown(builder.paths, None)}, tmp_path / "other")
     lineage = _get(without, "/lineage/keyed")

@@ -10,6 +10,7 @@ written whole or not at all in the state dir (``reconciler.ownfiles.write_atomic
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,16 +24,17 @@ from reconciler.state.conditions import (
     status_path,
 )
 
-__all__ = ["LineageView", "derive", "now", "orphaned", "write"]
+__all__ = ["Clock", "LineageView", "derive", "now", "orphaned", "write"]
 
 _FINISHED = ("in-sync", "ahead", "done")
 _PENDING = ("create", "extend", "recover")
-# stop codes that are a lineage reaching its goal, not a fault
-_GOAL_STOPS = ("target-reached", "plateau")
 
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+Clock = Callable[[], str]  # the time a transition is stamped with (``now``; tests fake it)
 
 
 @dataclass(frozen=True)
@@ -80,18 +82,19 @@ def _merged(kind: str, status: str, reason: str, message: str,
     return Condition(kind, status, reason, message, since)
 
 
-def derive(view: LineageView, before: LineageConditions | None) -> LineageConditions:
+def derive(view: LineageView, before: LineageConditions | None,
+           clock: Clock = now) -> LineageConditions:
     """``view``'s conditions, each transition time carried over from ``before``."""
-    at = now()
+    at = clock()
     found = tuple(_merged(kind, status, reason, message, before, at)
                   for kind, status, reason, message in _conditions(view))
     return LineageConditions(view.name, found, view.action, view.generations, view.desired)
 
 
-def orphaned(name: str, generations: int | None,
-             before: LineageConditions | None) -> LineageConditions:
+def orphaned(name: str, generations: int | None, before: LineageConditions | None,
+             clock: Clock = now) -> LineageConditions:
     """A lineage of the state dir that no spec of the revision names: kept, never touched."""
-    at = now()
+    at = clock()
     message = "no spec of the applied revision names it; kept (nothing is ever deleted)"
     rows = [("Ready", "Unknown", "orphaned", message),
             ("Progressing", "False", "orphaned", message),
@@ -106,7 +109,7 @@ def write(state_dir: Path, controller: dict[str, Any],
           lineages: dict[str, LineageConditions]) -> None:
     """The document, whole or not at all (an OSError is the caller's to report)."""
     target = status_path(state_dir)
-    private_folder(target.parent, "the controller's cache")
+    private_folder(target.parent, "the controller's cache", replace_link=True)
     document = ControllerStatus(dict(controller, updated_at=now()), lineages).as_json()
     write_atomic(target, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(),
-                 what="the controller's status", mode=0o600)
+                 what="the controller's status", mode=0o600, own_folder=True)

@@ -33,7 +33,7 @@ class ControllerLock:
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def acquire(self) -> None:
-        private_folder(self.anchor.parent, "the controller's cache")
+        private_folder(self.anchor.parent, "the controller's cache", replace_link=True)
         fd = open_regular(lock_path(self.anchor), os.O_RDWR | os.O_CREAT, 0o600,
                           what="the controller's lock")
         try:

@@ -4,7 +4,8 @@ Rule: level-triggered, as Kubernetes controllers are. Every pass starts from wha
 spec repository and the lineages' repositories say now; what the loop keeps in memory
 (the revision adopted, what it has already seen settled) is a cache, rebuilt at start:
 the last good revision is the one its cache clone has checked out, else the newest commit
-of the branch whose specs load (a bad commit is never applied). One pass runs at most an
+of the branch whose specs load (a bad commit is never applied; a revision without any
+spec is no bad commit: applied, it orphans every lineage). One pass runs at most an
 interval of new generations (with the local executor), so a new commit is picked up
 within an interval and a generation. Signals: SIGTERM or SIGINT once lets running
 generations finish, then the loop ends; twice stops them (publishing nothing); SIGHUP
@@ -40,14 +41,20 @@ from reconciler.engine.fleet import Fleet
 from reconciler.errors import OuroError
 from reconciler.kernel.base.refusals import REASONS
 from reconciler.ownfiles import private_folder
+from reconciler.plan.probes import GOAL_STOPS, UntilStop
 from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state import instrument
-from reconciler.state.conditions import CONTROLLER_DIR, LineageConditions, read_status
+from reconciler.state.conditions import (
+    CONTROLLER_DIR,
+    Condition,
+    LineageConditions,
+    read_status,
+)
 from reconciler.state.failures import died_streak
 from reconciler.state.fleet import summary_cache_dir
 
-__all__ = ["Controller", "ControllerSettings"]
+__all__ = ["Controller", "ControllerSettings", "newly_done", "newly_refused"]
 
 _LOOK_BACK = 50  # commits searched for the last good revision at start
 
@@ -79,11 +86,49 @@ class _Own:
     budget: dict[str, Any] | None = None
 
 
+def newly_refused(before: dict[str, Condition | None],
+                  after: dict[str, LineageConditions]) -> list[tuple[str, Condition]]:
+    """The lineages whose Stalled condition became a refusal (or another refusal) between
+    two passes: each is notified once, not again while it stays refused the same way."""
+    found: list[tuple[str, Condition]] = []
+    for name, view in after.items():
+        was, now = before.get(name), view.get("Stalled")
+        if now is not None and now.status == "True" and now.reason in REASONS and (
+                was is None or was.status != "True" or was.reason != now.reason):
+            found.append((name, now))
+    return found
+
+
+def newly_done(before: dict[str, Condition | None],
+               done: dict[str, UntilStop]) -> list[tuple[str, UntilStop]]:
+    """The lineages a pass found done by ``spec.until`` (``done``) that were not done
+    before it (``before``: each known lineage's Ready condition): a changed spec made the
+    condition hold, no generation ran, so no engine event said it. A lineage first seen
+    in this pass (a controller without its previous document) is not said."""
+    return [(name, stop) for name, stop in done.items() if name in before and (
+        (was := before[name]) is None or was.status != "True" or was.reason != "done")]
+
+
+def _holds_no_spec(where: Path) -> bool:
+    """Nothing at ``where``, or a folder (links not followed) with no ``*.yaml`` or
+    ``*.yml`` in it: a revision whose every spec was deleted. Anything else is the
+    loader's to read or refuse."""
+    if not os.path.lexists(where):
+        return True
+    if os.path.islink(where) or not os.path.isdir(where):
+        return False
+    return not any(name.endswith((".yaml", ".yml"))
+                   for _, folders, files in os.walk(where, followlinks=False)
+                   for name in (*folders, *files))
+
+
 class Controller:
     def __init__(self, settings: ControllerSettings, reporter: Reporter,
                  say: Callable[[str], None],
-                 reload: Callable[[], ControllerSettings] | None = None) -> None:
+                 reload: Callable[[], ControllerSettings] | None = None,
+                 clock: conditions.Clock = conditions.now) -> None:
         self.settings = settings
+        self.clock = clock  # the times it stamps (tests fake it)
         self.reporter, self.say = reporter, say
         self._reload = reload
         self.state = resolve_state_dir(settings.state_dir)
@@ -115,7 +160,8 @@ class Controller:
             self.notifier.start()
             previous = read_status(self.state)
             self.passes = Passes(self.state, instrument.current(), self.reporter, self._heard,
-                                 views=dict(previous.lineages) if previous else {})
+                                 views=dict(previous.lineages) if previous else {},
+                                 clock=self.clock)
             self.say(f"ouro controller: pid {os.getpid()}: {self.source.url} branch "
                      f"{self.settings.branch}, path {self.settings.path}, every "
                      f"{self.settings.interval:g}s, state dir {self.state}")
@@ -223,7 +269,7 @@ class Controller:
     def _error(self, message: str) -> None:
         self._failed = True
         same = self.own.last_error is not None and self.own.last_error["message"] == message
-        self.own.last_error = {"message": message, "at": conditions.now()}
+        self.own.last_error = {"message": message, "at": self.clock()}
         self.say(message)
         if not same:
             self.notifier.send("controller-error", message, **self._where())
@@ -235,7 +281,12 @@ class Controller:
     # ------------------------------------------------------------ revisions
 
     def _load(self, folder: Path) -> list[LoadedSpec]:
-        return Fleet(self.settings.state_dir).load([folder / self.settings.path])
+        """The revision's specs; none (an empty revision, not a bad one) when its path holds
+        no spec file at all (every spec deleted: the path is gone, or holds no ``*.yaml``)."""
+        where = folder / self.settings.path
+        if _holds_no_spec(where):
+            return []
+        return Fleet(self.settings.state_dir).load([where])
 
     def _consider(self, head: str) -> None:
         """Adopt ``head`` if its specs load, else report it and keep the last good one."""
@@ -281,12 +332,24 @@ class Controller:
         self.own.revision = commit
         if newest and not quiet:
             self.own.bad_commit = None
-        if not quiet:
+        if not quiet and not self.specs:
+            self._empty(commit)
+        elif not quiet:
             self.say(f"ouro controller: applying revision {commit[:12]} "
                      f"({len(self.specs)} lineage{'' if len(self.specs) == 1 else 's'})")
 
+    def _empty(self, commit: str) -> None:
+        """A revision without specs is applied: every lineage orphaned (kept, none run),
+        said and notified once, when it is adopted."""
+        text = (f"ouro controller: revision {commit[:12]} of {self.settings.branch} has no "
+                f"spec under {self.settings.path}: every lineage is orphaned (kept, none runs) "
+                "until a revision adds specs again (or check --path)")
+        self.say(text)
+        self.notifier.send("no-specs", text, commit=commit, path=self.settings.path,
+                           **self._where())
+
     def _bad(self, commit: str, problem: str) -> None:
-        self.own.bad_commit = {"commit": commit, "message": problem, "at": conditions.now()}
+        self.own.bad_commit = {"commit": commit, "message": problem, "at": self.clock()}
         kept = (f"still reconciling {self.own.revision[:12]}" if self.own.revision
                 else "no good revision yet")
         text = (f"ouro controller: bad commit {commit[:12]} of {self.settings.branch}: "
@@ -300,19 +363,23 @@ class Controller:
         assert self.passes is not None
         budget = self._budget()
         before = {name: view.get("Stalled") for name, view in self.passes.views.items()}
+        ready = {name: view.get("Ready") for name, view in self.passes.views.items()}
         result = self.passes.run(self.specs, executor=self.settings.executor,
                                  parallel=self.settings.parallel,
                                  interval=self.settings.interval, budget=budget)
         self.passes.limits = None
         if budget is not None:
             self._spent(budget, result.budget_blocked)
-        for name, view in self.passes.views.items():
-            was, now = before.get(name), view.get("Stalled")
-            if now is not None and now.status == "True" and now.reason in REASONS and (
-                    was is None or was.status != "True" or was.reason != now.reason):
-                self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
-                                   f"{now.message}", lineage=name, reason=now.reason,
-                                   message=now.message, **self._where())
+        for name, now in newly_refused(before, self.passes.views):
+            self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
+                               f"{now.message}", lineage=name, reason=now.reason,
+                               message=now.message, **self._where())
+        for name, stop in newly_done(ready, self.passes.done_by_spec):
+            self.notifier.send(
+                "target-reached", f"ouro: lineage {name} is done at gen {stop.generation} "
+                f"({stop.code}) since its spec changed; no generation ran: {stop.message}",
+                lineage=name, generation=stop.generation, reason=stop.code,
+                message=stop.message, spec_changed=True, **self._where())
         return result.cut_by_deadline
 
     def _budget(self) -> DailyBudget | None:
@@ -366,7 +433,7 @@ class Controller:
                     lineage=name, generation=fields.get("generation"), streak=streak,
                     **self._where())
         elif event == "lineage-stopped":
-            goal = fields.get("reason") in ("target-reached", "plateau")
+            goal = fields.get("reason") in GOAL_STOPS
             self.notifier.send(
                 "target-reached" if goal else "lineage-stopped",
                 f"ouro: lineage {name} stopped after gen {fields.get('generation')} "
@@ -400,7 +467,8 @@ class Controller:
                 continue
             places = default_places(self.state / name, name)
             if places.git_dir.is_dir() and places.observations.is_dir():
-                found[name] = conditions.orphaned(name, None, self.passes.views.get(name))
+                found[name] = conditions.orphaned(name, None, self.passes.views.get(name),
+                                                  self.clock)
         return found
 
     def _write(self) -> None:

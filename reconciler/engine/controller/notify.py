@@ -1,9 +1,11 @@
 """Notifications of the controller's transitions: a webhook POST and/or a command.
 
 Rule: delivery never runs on the reconcile path. ``Notifier.send`` only puts the event
-on a queue; one thread delivers events in the order they were sent, each retried with
-tenacity (a webhook that answers 5xx, refuses the connection or hangs past its timeout is
-tried again, a few times, then given up with a note). A generation never waits for it.
+on a queue per channel (the webhook, the command: independent, so a failing one never
+keeps the other from running); one thread per channel delivers its events in the order
+they were sent, each retried with tenacity (a webhook that answers 5xx, refuses the
+connection or hangs past its timeout is tried again, a few times, then given up with a
+note). A generation never waits for it.
 
 The event is a JSON object with a plain ``text`` field (Slack- and Matrix-style incoming
 hooks show it), ``event``, ``at`` and the event's own fields. The webhook's URL may name
@@ -20,6 +22,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,62 +54,75 @@ class NotifySettings:
 
 
 class Notifier:
-    """A queue and the one thread that delivers it (``start``, ``send``, ``close``)."""
+    """A queue and a delivering thread per channel (``start``, ``send``, ``close``): the
+    webhook and the command are independent, so one that fails, hangs or is given up
+    never delays or keeps back the other."""
 
     def __init__(self, settings: NotifySettings, note: Callable[[str], None]) -> None:
         self.settings = settings
         self._note = note
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        channels: list[tuple[str, Callable[[bytes], None]]] = []
+        if settings.url:
+            channels.append(("webhook", self._post))
+        if settings.command:
+            channels.append(("command", self._run))
+        self._channels = channels
+        self._queues: list[queue.Queue[dict[str, Any] | None]] = []
+        self._threads: list[threading.Thread] = []
 
     @property
     def active(self) -> bool:
-        return bool(self.settings.url or self.settings.command)
+        return bool(self._channels)
 
     def start(self) -> None:
-        if self.active and self._thread is None:
-            self._thread = threading.Thread(target=self._deliver_all, name="notify",
-                                            daemon=True)
-            self._thread.start()
+        if self._threads:
+            return
+        for name, deliver in self._channels:
+            inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            thread = threading.Thread(target=self._deliver_all, args=(name, deliver, inbox),
+                                      name=f"notify-{name}", daemon=True)
+            self._queues.append(inbox)
+            self._threads.append(thread)
+            thread.start()
 
     def send(self, event: str, text: str, **fields: Any) -> None:
-        """Queue one event (returns at once)."""
-        if self.active:
-            self._queue.put({"kind": EVENT_KIND, "event": event, "text": text, "at": now(),
-                             **fields})
+        """Queue one event on every channel (returns at once)."""
+        if not self.active:
+            return
+        item = {"kind": EVENT_KIND, "event": event, "text": text, "at": now(), **fields}
+        for inbox in self._queues:
+            inbox.put(item)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued, waiting at most ``timeout`` seconds, then stop."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+        """Deliver what is queued, waiting at most ``timeout`` seconds in all, then stop."""
+        for inbox in self._queues:
+            inbox.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._queues, self._threads = [], []
 
-    def _deliver_all(self) -> None:
+    def _deliver_all(self, channel: str, deliver: Callable[[bytes], None],
+                     inbox: queue.Queue[dict[str, Any] | None]) -> None:
         while True:
-            event = self._queue.get()
+            event = inbox.get()
             if event is None:
                 return
+            body = json.dumps(event, sort_keys=True, default=str).encode()
             try:
                 for attempt in Retrying(stop=stop_after_attempt(self.settings.attempts),
                                         wait=wait_exponential(multiplier=0.5,
                                                               max=self.settings.wait_max),
                                         reraise=True):
                     with attempt:
-                        self._deliver(event)
+                        deliver(body)
             except DeliveryError as error:
                 self._note(f"ouro controller: notification {event['event']} not delivered "
-                           f"after {self.settings.attempts} attempts ({error}); given up")
+                           f"by its {channel} after {self.settings.attempts} attempts "
+                           f"({error}); given up")
             except Exception as error:  # a bug here must not end the delivery thread
-                self._note(f"ouro controller: notification {event['event']} failed "
-                           f"({type(error).__name__}: {error})")
-
-    def _deliver(self, event: dict[str, Any]) -> None:
-        body = json.dumps(event, sort_keys=True, default=str).encode()
-        if self.settings.url:
-            self._post(body)
-        if self.settings.command:
-            self._run(body)
+                self._note(f"ouro controller: notification {event['event']} failed on its "
+                           f"{channel} ({type(error).__name__}: {error})")
 
     def _post(self, body: bytes) -> None:
         url = os.path.expandvars(self.settings.url or "")

@@ -27,10 +27,11 @@ from reconciler.engine.controller.budget import DailyBudget, PassLimits
 from reconciler.engine.events import EVENTS_FILE, EventLog
 from reconciler.engine.executors import make_executor
 from reconciler.engine.fleet import Fleet
-from reconciler.engine.probe import Prober
+from reconciler.engine.provider_check import Prober
 from reconciler.kernel.base.config import Identity
 from reconciler.plan import LineagePlan
 from reconciler.plan.planner import suspended
+from reconciler.plan.probes import GOAL_STOPS, UntilStop
 from reconciler.spec.load import LoadedSpec
 from reconciler.state.conditions import LineageConditions
 from reconciler.state.fleet import audit_record_dir
@@ -40,7 +41,6 @@ __all__ = ["Heard", "PassResult", "Passes", "WatchedLog"]
 
 _FINISHED = ("in-sync", "ahead", "done", "suspended")
 _RETRIED_STOPS = ("provider-unavailable",)  # an outage: tried again after a probe
-_GOAL_STOPS = ("target-reached", "plateau")
 
 Heard = Callable[[str, dict[str, Any]], None]
 _Key = tuple[str, tuple[str | None, str | None]]
@@ -91,7 +91,11 @@ class Passes:
     settled: dict[str, _Key] = field(default_factory=dict)  # finished as of this key
     held: dict[str, _Key] = field(default_factory=dict)  # stopped for a person as of this key
     views: dict[str, LineageConditions] = field(default_factory=dict)
+    # the lineages this pass found done by their spec.until without running any (the
+    # condition became true because the spec changed): the controller notifies them
+    done_by_spec: dict[str, UntilStop] = field(default_factory=dict)
     limits: PassLimits | None = None  # of the pass running now (signals reach it)
+    clock: conditions.Clock = conditions.now  # stamps the conditions' transitions
 
     def forget(self) -> None:
         """Observe everything again at the next pass (SIGHUP)."""
@@ -109,6 +113,7 @@ class Passes:
             interval: float, budget: DailyBudget | None) -> PassResult:
         """One pass over ``specs``: plan the lineages that may have moved, run the pending."""
         fleet = self.fleet()
+        self.done_by_spec = {}
         fleet.store  # noqa: B018  (checked once a pass, refused if others can write it)
         keys = {spec.name: self._key(spec) for spec in specs}
         stale = [spec for spec in specs if self.settled.get(spec.name) != keys[spec.name]]
@@ -173,12 +178,14 @@ class Passes:
             if result.refusal is not None:
                 reason = result.refusals[0].reason if result.refusals else "refuse"
                 stalled = (reason, result.refusal)
-            elif result.stopped is not None and result.stopped not in _GOAL_STOPS:
+            elif result.stopped is not None and result.stopped not in GOAL_STOPS:
                 stalled = (result.stopped, result.errors[-1] if result.errors else "")
                 if result.stopped not in _RETRIED_STOPS:
                     self.held[spec.name] = key
             elif result.errors:
                 stalled = ("error", result.errors[-1])
+        if result is None and item.action == "done" and item.until is not None:
+            self.done_by_spec[spec.name] = item.until
         if stalled is None and budget_blocked and action in ("create", "extend", "recover"):
             stalled = ("daily-budget", budget_blocked)
         if action in _FINISHED and stalled is None:
@@ -190,4 +197,5 @@ class Passes:
             suspended=suspended(spec), stalled_reason=stalled[0] if stalled else None,
             stalled_message=stalled[1] if stalled else "",
             running=bool(result and result.generations_run))
-        self.views[spec.name] = conditions.derive(view, self.views.get(spec.name))
+        self.views[spec.name] = conditions.derive(view, self.views.get(spec.name),
+                                                   self.clock)

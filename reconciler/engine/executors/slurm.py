@@ -56,7 +56,7 @@ from reconciler.errors import ApplyError, PathRefused
 from reconciler.ownfiles import check_private, open_regular, private_folder
 from reconciler.plan import LineagePlan
 from reconciler.spec.load import LoadedSpec
-from reconciler.spec.models import SlurmSpec, sbatch_option
+from reconciler.spec.slurm import SlurmSpec, sbatch_option
 from reconciler.state.kernel_store import store_root
 from reconciler.state.preflight import api_key
 

@@ -23,6 +23,7 @@ import pygit2
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.kernel.base.errors import KernelError
 from reconciler.spec.probes import ResolvedProbe
+from reconciler.state import probe_rules
 from reconciler.state import probes as stored
 
 from . import records, sandbox
@@ -73,7 +74,8 @@ class NotWritten(Exception):
 def _record(work: Work, run: sandbox.Run) -> dict[str, Any]:
     return {
         "probe": work.probe.name, "digest": work.probe.digest, "generation": work.generation,
-        "commit": work.commit, "metrics": run.metrics, "failure": run.failure,
+        "commit": work.commit, "outcome": "failed" if run.failure is not None else "measured",
+        "metrics": run.metrics, "failure": run.failure,
         "exit": run.exit_status, "wall_ms": run.wall_ms, "cpu_ms": run.cpu_ms,
         "peak_memory_bytes": run.peak_memory_bytes, "stderr_tail": run.stderr_tail,
     }
@@ -90,6 +92,9 @@ def _one(paths: LineagePaths, work: Work) -> dict[str, Any]:
         scope_name=f"ouro-probe-{work.probe.digest[:12]}-{work.generation}-"
                    f"{threading.get_ident() % 100000}.{os.getpid()}")
     record = _record(work, run)
+    broken = probe_rules.record_problem(record)
+    if broken is not None:  # the readers would not believe it: never written
+        raise NotWritten(f"its record breaks a rule of probe records ({broken[1]})")
     try:
         records.write_record(paths, work.probe.describe(), work.probe.files, work.generation,
                              record)

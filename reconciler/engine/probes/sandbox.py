@@ -3,13 +3,16 @@
 Rule: as strict as a life (``reconciler.kernel.sandbox.life``), from the kernel's own
 pieces: the ceilings scope, the confinement prelude, bwrap's arguments (no network,
 own user/pid/ipc/uts/cgroup namespaces, no capabilities, read-only root), the
-seccomp filter and a fresh session keyring. What differs is only what is mounted:
-a stage folder (this runner and a tar of the generation's tree, made from the
+seccomp filter, a fresh session keyring, and (physics release 5) the life's resource
+limits; the stage is its owner's alone (folders 0700, files 0600). What differs is
+only what is mounted: a stage folder (this runner and a tar of the generation's tree, made from the
 lineage's git dir through pygit2, never the worktree) read-only at /kernel, the
 probe's files read-only at /probe, and a fresh /work it is unpacked into. No host
 path of the lineage, no model socket, no key. stdout is read up to
 ``output.MAX_OUTPUT`` (beyond, the scope is killed), stderr keeps its last
-``STDERR_TAIL`` bytes.
+``STDERR_TAIL`` bytes, recorded as text (``probe_rules.printable_tail``: its last
+``probe_rules.STDERR_TAIL`` characters, control characters but newline and tab
+replaced), so a failed probe says why in its own words.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.sandbox import keyring, life, seccomp_bpf
 from reconciler.kernel.sandbox.ceilings import Scope, open_scope
 from reconciler.spec.probes import ProbeFiles
+from reconciler.state import probe_rules
 
 from . import output
 
 __all__ = ["PROBE_MOUNT", "STDERR_TAIL", "Run", "measure", "probe_argv"]
 
 PROBE_MOUNT = "/probe"
-STDERR_TAIL = 4096
+STDERR_TAIL = 4 * probe_rules.STDERR_TAIL  # bytes kept: enough for its last characters
 RUNNER = Path(__file__).with_name("runner.sh")
 _KILL_GRACE_S = 5.0
 
@@ -110,20 +114,30 @@ def tree_archive(git_dir: Path, commit: str) -> bytes:
     return buffer.getvalue()
 
 
+def _write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """A new file of ``data``, created with ``mode`` (never wider): no moment where
+    another user could open it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as sink:
+        sink.write(data)
+    os.chmod(path, mode)
+
+
 def _stage(root: Path, archive: bytes, files: ProbeFiles) -> tuple[Path, Path]:
+    """The stage and the probe's files under ``root`` (a fresh 0700 folder): folders
+    0700, files 0600 (0700 when executable), each created so, so no other user of the
+    host reads the generation's tree or the probe's files while it runs. The sandbox
+    runs as their owner (bwrap ``--uid``) and reads them as before."""
     stage, probe = root / "stage", root / "files"
-    stage.mkdir()
-    probe.mkdir()
-    (stage / "input.tar").write_bytes(archive)
-    (stage / "probe.sh").write_bytes(RUNNER.read_bytes())
+    root.chmod(0o700)
+    for folder in (stage, probe):
+        folder.mkdir(mode=0o700)
+    _write_private(stage / "input.tar", archive)
+    _write_private(stage / "probe.sh", RUNNER.read_bytes())
     for rel, executable, data in files.entries:
         target = probe / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(0o555 if executable else 0o444)
-    for folder in (stage, probe):
-        folder.chmod(0o755)
-    root.chmod(0o755)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_private(target, data, 0o700 if executable else 0o600)
     return stage, probe
 
 
@@ -150,8 +164,12 @@ def measure(*, git_dir: Path, commit: str, command: list[str], files: ProbeFiles
 
 
 def _start(scope: Scope, argv: list[str], seccomp_fd: int) -> subprocess.Popen[bytes]:
+    # A life's resource limits (open files, message-queue bytes 0, pending signals),
+    # set on the first process before it runs, from the one home of those numbers
+    # (``kernel.base.confinement.RLIMITS``): a probe takes nothing of the host user's.
     return scope.popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        argv, prepare=life.bound_resources, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         close_fds=True, pass_fds=(seccomp_fd,), env={"PATH": life.SANDBOX_PATH}, cwd="/",
         start_new_session=True)
 
@@ -209,7 +227,7 @@ def _run(scope: Scope, argv: list[str], ceilings: Ceilings, seccomp_fd: int) -> 
     return Run(metrics=metrics, failure=failure, exit_status=None if stopped else status,
                wall_ms=wall_ms, cpu_ms=None if cpu is None else cpu // 1_000_000,
                peak_memory_bytes=accounting.memory_peak_bytes,
-               stderr_tail=err.decode("utf-8", "replace")[-STDERR_TAIL:])
+               stderr_tail=probe_rules.printable_tail(err))
 
 
 def _verdict(out: bytes, status: int, stopped: str | None, ceilings: Ceilings,

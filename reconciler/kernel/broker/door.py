@@ -1,9 +1,10 @@
 """The model broker: the only door from a generation to a model. Trusted harness.
 
-One broker process per generation, outside the sandbox. It alone holds the API
-key, which reaches it through its stdin pipe (never argv, environment or a
-file); its environment is only PATH, LANG, and HOME/TMPDIR inside the private
-runtime dir. It serves HTTP/1.1 on ``<kernel_dir>/model.sock`` (one request at a
+One broker process per generation, outside the sandbox, forked by the process's broker
+fork server (physics release 5: ``forker``; else started afresh). It alone holds the
+API key, which reaches it through its stdin pipe (never argv, environment or a file)
+after it was forked; its environment is only PATH, LANG, and HOME/TMPDIR inside the
+private runtime dir. It serves HTTP/1.1 on ``<kernel_dir>/model.sock`` (one request at a
 time), writes ``<kernel_dir>/capabilities.json`` beside it, keeps the
 generation's spending ledger, and appends one audit record per request to
 ``<private_dir>/audit.jsonl`` (flushed and synced; a request in flight is on
@@ -60,6 +61,7 @@ from ..base.config import (
 from ..base.errors import ProviderConfigError, RecoveryError, TransientError
 from ..base.formats import calls_spend
 from ..base.launch import module_command
+from . import forker
 
 __all__ = [
     "AUDIT_FILE",
@@ -211,7 +213,7 @@ def model_from_json(value: dict[str, Any]) -> ModelConfig:
 class Broker:
     """A running broker process; start it with ``Broker.start``."""
 
-    def __init__(self, process: subprocess.Popen[bytes], kernel_dir: Path,
+    def __init__(self, process: subprocess.Popen[bytes] | forker.Forked, kernel_dir: Path,
                  private_dir: Path) -> None:
         self.process = process
         self.kernel_dir = kernel_dir
@@ -263,13 +265,7 @@ class Broker:
             "LANG": "C.UTF-8",
         }
         try:
-            process = subprocess.Popen(
-                # isolated (-I), from this kernel's own tree only, in its private folder; -B
-                # passed on: a stored (read-only, verified) kernel gets no byte code added
-                module_command(PACKAGE_ROOT, PROCESS_MODULE, no_bytecode=sys.dont_write_bytecode),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=environment, cwd=private_dir, close_fds=True, start_new_session=True,
-            )
+            process = _start_process(environment, private_dir, log)
         except OSError as exc:
             raise TransientError(f"kernel: cannot start the model broker: {exc}") from exc
         finally:
@@ -361,6 +357,23 @@ class Broker:
             record.pop("phase", None)
             calls.append(record)
         return calls
+
+
+def _start_process(environment: dict[str, str], private_dir: Path,
+                   log: IO[bytes]) -> subprocess.Popen[bytes] | forker.Forked:
+    """The broker's process: forked by this process's broker fork server (physics
+    release 5; ``forker``), else a fresh interpreter as before -- isolated (-I), from this
+    kernel's own tree only, in its private folder; -B passed on: a stored (read-only,
+    verified) kernel gets no byte code added."""
+    if forker.ENABLED:
+        with contextlib.suppress(OSError):
+            return forker.spawn(PACKAGE_ROOT, environment, private_dir, log.fileno(),
+                                no_bytecode=sys.dont_write_bytecode)
+    return subprocess.Popen(
+        module_command(PACKAGE_ROOT, PROCESS_MODULE, no_bytecode=sys.dont_write_bytecode),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+        env=environment, cwd=private_dir, close_fds=True, start_new_session=True,
+    )
 
 
 def read_refused(private_dir: Path) -> int:

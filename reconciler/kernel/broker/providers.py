@@ -269,26 +269,31 @@ def _usage(payload: Any, input_keys: tuple[str, ...], output_key: str) -> Usage 
     return Usage(first + extra, output)
 
 
+# Each wire's text: None when the reply carries no place for it (a missing reply: the
+# final failure ``no_text``), else the text, "" included. An empty completion is a reply
+# (physics release 5): the organism gets it as an empty body and keeps its version, as
+# its prompt says; it is no model failure. Before, "" was ``no_text`` too.
+
+
 def _anthropic_text(payload: Any) -> str | None:
     blocks = payload.get("content") if isinstance(payload, dict) else None
     if not isinstance(blocks, list):
         return None
-    parts = [block["text"] for block in blocks
-             if isinstance(block, dict) and block.get("type") == "text"
-             and isinstance(block.get("text"), str)]
-    return "".join(parts) if parts else None
+    return "".join(block["text"] for block in blocks
+                   if isinstance(block, dict) and block.get("type") == "text"
+                   and isinstance(block.get("text"), str))
 
 
 def _openai_text(payload: Any) -> str | None:
     items = payload.get("output") if isinstance(payload, dict) else None
     if not isinstance(items, list):
         return None
-    parts = [content["text"]
-             for item in items if isinstance(item, dict) and isinstance(item.get("content"), list)
-             for content in item["content"]
-             if isinstance(content, dict) and content.get("type") == "output_text"
-             and isinstance(content.get("text"), str)]
-    return "".join(parts) if parts else None
+    return "".join(content["text"]
+                   for item in items
+                   if isinstance(item, dict) and isinstance(item.get("content"), list)
+                   for content in item["content"]
+                   if isinstance(content, dict) and content.get("type") == "output_text"
+                   and isinstance(content.get("text"), str))
 
 
 def _chat_text(payload: Any) -> str | None:
@@ -447,7 +452,7 @@ class HttpProvider:
         stop = self.wire.stop(payload)
         _check_text(status, text=text, stop_reason=stop.reason,
                     provider_status=stop.provider_status)
-        if not text:
+        if text is None:
             detail = "the response carries no text"
             if stop.reason:
                 detail += f" (stop reason {stop.reason})"

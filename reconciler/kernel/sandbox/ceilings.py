@@ -37,6 +37,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -790,6 +791,29 @@ def reap_stale_scopes(prefix: str, *, mounts: CgroupMounts | None = None) -> lis
                 continue
             removed.add(child.name)
     return sorted(removed)
+
+
+# The sweep of every dead kernel's leftovers (``reap_stale_scopes("")``) walks every
+# lineage's groups: done for each generation, a fleet of N lineages pays N^2 walks. A
+# kernel killed while this process runs leaves its groups for the next sweep, so once a
+# process per this interval is enough (once per apply; a controller now and then).
+SWEEP_INTERVAL_S = 300.0
+_SWEEP_LOCK = threading.Lock()
+_swept_at: list[float] = []  # monotonic time of this process's last sweep
+
+
+def sweep_stale_scopes_seldom(prefix: str) -> list[str]:
+    """``reap_stale_scopes(prefix)``, but the sweep (``prefix`` empty) at most once per
+    ``SWEEP_INTERVAL_S`` in this process (physics release 5; before, every generation).
+    A lineage's own leftovers (``prefix`` given) are reaped every time."""
+    if prefix:
+        return reap_stale_scopes(prefix)
+    with _SWEEP_LOCK:
+        now = time.monotonic()
+        if _swept_at and now - _swept_at[-1] < SWEEP_INTERVAL_S:
+            return []
+        _swept_at[:] = [now]
+    return reap_stale_scopes("")
 
 
 def _owner_alive(name: str, *, this_process_counts: bool) -> bool:

@@ -240,9 +240,10 @@ def _filter_fd() -> int:
             "and ouro's dependency pyseccomp (pip install -c constraints.txt -e .)") from exc
 
 
-def _bound_resources(pid: int) -> None:
+def bound_resources(pid: int) -> None:
     """The life's resource limits (``confinement.RLIMITS``), soft and hard, set on its
-    first process before it runs: every process of the life inherits them."""
+    first process before it runs: every process of the life inherits them. A probe's
+    sandbox sets the same (physics release 5)."""
     for name, value in confinement.RLIMITS:
         resource.prlimit(pid, getattr(resource, name), (value, value))
 
@@ -251,7 +252,7 @@ def _start(scope: Scope, argv: list[str], seccomp_fd: int | None) -> subprocess.
     def spawn() -> subprocess.Popen[bytes]:
         return scope.popen(
             argv,
-            prepare=None if seccomp_fd is None else _bound_resources,
+            prepare=None if seccomp_fd is None else bound_resources,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -169,14 +169,14 @@ class Runtime:
 
 def real_runtime() -> Runtime:
     from ..broker.door import Broker
-    from ..sandbox.ceilings import open_scope, reap_stale_scopes
+    from ..sandbox.ceilings import open_scope, sweep_stale_scopes_seldom
     from ..sandbox.decoder import decode
     from ..sandbox.life import run_sandbox
     from ..sandbox.seccomp_bpf import warm
 
     warm()  # the filter is built while the generation prepares (physics release 2)
     return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit,
-                   reap_stale_scopes)
+                   sweep_stale_scopes_seldom)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -702,7 +702,7 @@ def _generation(
         parts.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
                            generation=n, replay_cursor=cursor, **listener)
         with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
-            runtime.reap_scopes("")
+            runtime.reap_scopes("")  # (the real one sweeps once per apply: ceilings)
         scope_name = _scope_name(paths, n)
         parts.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
         edited = _commit_external_edits(state.lineage, paths, state.head)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine.probe import Prober, ProbeResult, probe
+from reconciler.engine.provider_check import Prober, ProbeResult, probe
 from reconciler.kernel.base.config import ModelConfig, Price
 from tests.conftest import REPO_ROOT
 from tests.fakes.provider_server import (
@@ -137,7 +137,7 @@ def test_tls_to_a_plain_http_server_refuses_as_tls() -> None:
 IN_NO_NETWORK = """
 import json, sys
 from decimal import Decimal
-from reconciler.engine.probe import probe
+from reconciler.engine.provider_check import probe
 from reconciler.kernel.base.config import ModelConfig, Price
 model = ModelConfig(provider="anthropic", name="m", base_url="https://no-such-host.invalid",
                     api_key_env="OURO_PROBE_KEY", price=Price(Decimal(1), Decimal(1)))
@@ -220,7 +220,7 @@ def test_a_probe_bug_refuses_instead_of_raising() -> None:
         raise RuntimeError("bug")
 
     found = Prober(broken).check(model("openai", "http://127.0.0.1:1/v1"), KEY)
-    assert not found.ok and "--no-probe" in found.remedy
+    assert not found.ok and "--no-provider-check" in found.remedy
 
 
 
@@ -228,8 +228,8 @@ def _peak_rss_of_a_probe(url: str) -> tuple[int, str]:
     """Probe ``url`` in a fresh interpreter; its peak RSS in KiB and the probe's message."""
     code = (
         "import resource, sys\n"
-        "from tests.probe.test_probe import model\n"
-        "from reconciler.engine.probe import probe\n"
+        "from tests.provider_check.test_provider_check import model\n"
+        "from reconciler.engine.provider_check import probe\n"
         "found = probe(model('openai-compatible', sys.argv[1]), None)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
         "print(found.code, found.message[:300])\n")
@@ -254,3 +254,14 @@ def test_a_compressed_bomb_is_never_inflated() -> None:
         assert fake.requests[0].headers["accept-encoding"] == "identity"
     assert message.startswith("key-refused"), message
     assert peak - baseline < 64 << 10, f"the probe grew by {(peak - baseline) >> 10} MiB"
+
+
+def test_the_flag_that_skips_it_is_named_for_it_and_the_old_name_is_hidden() -> None:
+    import os
+
+    from tests.apply.helpers import run_ouro
+
+    shown = run_ouro("apply", "--help", env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "--no-provider-check" in shown.stdout and "the provider check" in shown.stdout
+    assert "--no-probe" not in shown.stdout  # still taken (tests/apply/test_model_failures)

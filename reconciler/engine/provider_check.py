@@ -1,4 +1,5 @@
-"""Probe a provider before a generation is spent on it: one free, authenticated request.
+"""The provider check: before a generation is spent on a provider, one free,
+authenticated request (not a spec probe: those are ``engine.probes``).
 
 Rule: a wrong key, a host that does not answer, a TLS or DNS failure costs
 nothing but this request, and the lineage is refused before anything is
@@ -90,7 +91,7 @@ def _transport_failure(model: ModelConfig, url: str, error: Exception,
         return ProbeResult(False, "timeout",
                            f"{where}: no answer within {PROBE_TIMEOUT_SECONDS:.0f}s ({text})",
                            "check that the server is up and reachable from here "
-                           "(or pass --no-probe)")
+                           "(or pass --no-provider-check)")
     return ProbeResult(False, "unreachable", f"{where}: cannot connect ({text})",
                        "check that the server is running and base_url is right")
 
@@ -196,13 +197,8 @@ class Prober:
         except Exception as error:  # a bug here must not take the apply down
             result = ProbeResult(False, "internal",
                                  f"provider {model.provider}: the probe failed "
-                                 f"({type(error).__name__})", "run with --no-probe")
+                                 f"({type(error).__name__})", "run with --no-provider-check")
         with self._mutex:
             self._results[key] = result
             self._pending.pop(key).set()
         return result
-
-    @property
-    def probes_made(self) -> int:
-        with self._mutex:
-            return len(self._results)

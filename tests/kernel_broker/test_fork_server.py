@@ -1,0 +1,136 @@
+"""Physics release 5: brokers forked by one fork server per process, not a fresh Python
+per generation. Kept: only the generation's broker holds the key (never the server),
+each generation its own ledger and audit, a crash closes its request's record, and a
+killed kernel process leaves neither the server nor a broker behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from reconciler.kernel.base.config import ModelConfig
+from reconciler.kernel.broker import forker
+from reconciler.kernel.broker.door import Broker
+from tests.fakes.broker_client import post, start_broker
+from tests.fakes.provider_server import FakeProvider, openai_ok, script
+
+ECHO = ModelConfig(provider="echo", name="echo")
+KEY = "sk-fork-server-0123456789abcdefghij"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _server_pid() -> int:
+    assert forker._server, "no fork server was started"
+    return forker._server[0][0].pid
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether the process's writable memory holds ``needle`` (root reads any process)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if "r" not in perms or "w" not in perms:
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    found = True
+            except (OSError, ValueError, OverflowError):
+                continue
+    return found
+
+
+def test_brokers_are_forked_from_one_server_that_never_holds_the_key(tmp_path: Path) -> None:
+    with FakeProvider(script(openai_ok("one"), openai_ok("two"))) as fake:
+        model = ModelConfig(provider="openai", name="gpt-test", base_url=fake.url,
+                            api_key_env="OPENAI_API_KEY")
+        first = start_broker(tmp_path / "a", model, api_key=KEY)
+        server = _server_pid()
+        second = start_broker(tmp_path / "b", model, api_key=KEY)
+        try:
+            assert _server_pid() == server  # one server for both
+            for broker in (first, second):
+                assert Path(f"/proc/{broker.pid}/status").read_text().count(
+                    f"PPid:\t{server}\n") == 1
+            assert post(first.socket_path, "p")[0] == 200
+            assert post(second.socket_path, "p")[0] == 200
+            if os.getuid() == 0:
+                assert _memory_holds(first.pid, KEY.encode())  # the broker does (control)
+                assert not _memory_holds(server, KEY.encode())  # the server never does
+            server_fds = os.listdir(f"/proc/{server}/fd")
+            assert len(server_fds) < 12, server_fds  # no broker's stdin pipe kept there
+        finally:
+            reports = [first.stop(), second.stop()]
+    # each generation its own ledger and audit
+    assert [[c["response"] for c in r.model_calls] for r in reports] == [["one"], ["two"]]
+    assert first.process.returncode == second.process.returncode == 0
+
+
+def test_a_crashed_broker_is_seen_and_the_next_is_forked(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "a", ECHO)
+    broker.process.kill()
+    assert broker.process.wait(10) == -signal.SIGKILL
+    broker.stop()
+    again = start_broker(tmp_path / "b", ECHO)
+    assert post(again.socket_path, "x")[0] == 200
+    again.stop()
+
+
+def test_a_dead_server_is_replaced(tmp_path: Path) -> None:
+    start_broker(tmp_path / "a", ECHO).stop()
+    old = _server_pid()
+    os.kill(old, signal.SIGKILL)
+    time.sleep(0.2)
+    broker = start_broker(tmp_path / "b", ECHO)
+    assert _server_pid() != old
+    assert post(broker.socket_path, "x")[0] == 200
+    broker.stop()
+
+
+KERNEL = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from reconciler.kernel.base.config import ModelConfig
+    from reconciler.kernel.broker import forker
+    from reconciler.kernel.broker.door import Broker
+    root = Path(sys.argv[1])
+    broker = Broker.start(kernel_dir=root / "kernel", private_dir=root / "private",
+                          model=ModelConfig(provider="echo", name="echo"), constraints={},
+                          api_key=None, generation=1)
+    print(json.dumps({"server": forker._server[0][0].pid, "broker": broker.pid}), flush=True)
+    sys.stdin.read()
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_killed_kernel_leaves_no_server_and_no_broker(tmp_path: Path) -> None:
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(tmp_path)], cwd=REPO_ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert kernel.stdout is not None
+        pids = json.loads(kernel.stdout.readline())
+        assert _alive(pids["server"]) and _alive(pids["broker"])
+    finally:
+        kernel.kill()
+        kernel.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_alive(pids["server"]) or _alive(pids["broker"])):
+        time.sleep(0.05)
+    assert not _alive(pids["server"]) and not _alive(pids["broker"])
+    # the broker closed its audit as any broker does when its kernel goes
+    assert Broker.read_audit(tmp_path / "private") == []

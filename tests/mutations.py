@@ -1,0 +1,297 @@
+"""Our own mutation check: break the production code one named way at a time, in a
+scratch copy of the checkout, and run the tests that claim to catch that break.
+
+Run before a change to the controller, probes, sets or forks lands (docs/architecture.md)::
+
+    .venv/bin/python -m tests.mutations            # every mutation below
+    .venv/bin/python -m tests.mutations NAME ...   # only these
+    .venv/bin/python -m tests.mutations --list
+
+Each mutation names a file, an exact text that occurs once in it, the text that
+replaces it, and the tests that must fail when it does. The checkout is copied to a
+temporary folder (its .git, virtualenv and caches left out); each mutation is applied
+there, its tests run (``python -m pytest``, the copy first on ``PYTHONPATH``, so the
+tests' own ``ouro`` processes run the mutated code too), and the file restored. The
+claimed tests run unmutated first (a test that fails anyway catches nothing); a
+mutation is caught when every test it claims fails. Exit 0 when every mutation is
+caught, 1 when one survived (or a claimed test fails unmutated),
+2 on a bad list or argument. The sandbox's isolation (reconciler/kernel/sandbox) is
+never mutated: a mutation under it is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NEVER_MUTATED = "reconciler/kernel/sandbox/"  # the isolation itself
+_LEFT_OUT = (".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", "__pycache__",
+             "*.egg-info", ".hypothesis")
+_TIMEOUT = 300.0  # seconds for one mutation's tests
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the checkout
+    old: str  # occurs exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # pytest node ids that must fail
+    why: str  # the bug it stands for
+
+
+_CONTROLLER = "reconciler/engine/controller/"
+_TRANSITIONS = "tests/controller/test_transitions.py::"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "controller-error-every-pass", _CONTROLLER + "loop.py",
+        '        if not same:\n            self.notifier.send("controller-error"',
+        '        if True:\n            self.notifier.send("controller-error"',
+        (_TRANSITIONS + "test_a_controller_error_is_notified_once_while_it_lasts",
+         "tests/controller/test_settings.py::"
+         "test_an_unreachable_repository_is_a_controller_error_said_once"),
+        "a controller error notified at every failed pass, not once"),
+    Mutation(
+        "target-reached-twice", _CONTROLLER + "loop.py",
+        '            self.notifier.send(\n                "target-reached" if goal',
+        '            for _twice in range(2 if goal else 1):\n                self.notifier.send(\n'
+        '                "target-reached" if goal',
+        (_TRANSITIONS + "test_a_lineages_course_is_notified_once_per_transition",
+         "tests/controller/test_notify_lineages.py::"
+         "test_a_death_streak_and_a_target_reached_are_notified_once_each"),
+        "target-reached sent twice"),
+    Mutation(
+        "death-streak-every-death", _CONTROLLER + "loop.py",
+        "            if streak == self.settings.death_streak:",
+        "            if streak >= self.settings.death_streak:",
+        (_TRANSITIONS + "test_a_lineages_course_is_notified_once_per_transition",),
+        "a death streak notified again at each death past the threshold"),
+    Mutation(
+        "refused-every-pass", _CONTROLLER + "loop.py",
+        '                was is None or was.status != "True" or was.reason != now.reason):',
+        "                True):",
+        (_TRANSITIONS + "test_a_refusal_is_notified_when_it_starts_or_changes",),
+        "a refusal notified at every pass it lasts"),
+    Mutation(
+        "done-by-spec-unsaid", _CONTROLLER + "loop.py",
+        "        for name, stop in newly_done(ready, self.passes.done_by_spec):",
+        "        for name, stop in []:",
+        ("tests/controller/test_notify_lineages.py::"
+         "test_a_lineage_done_because_its_spec_changed_is_notified",),
+        "a lineage done because its spec changed is not notified (no engine event says it)"),
+    Mutation(
+        "done-by-spec-said-again", _CONTROLLER + "loop.py",
+        'was.status != "True" or was.reason != "done")]', "True)]",
+        (_TRANSITIONS + "test_a_lineage_done_because_its_spec_changed_is_said_once",),
+        "a lineage done by its spec said again at every pass"),
+    Mutation(
+        "reason-moves-the-time", _CONTROLLER + "conditions.py",
+        "old.last_transition if old is not None and old.status == status else at",
+        "old.last_transition if old is not None and old.status == status "
+        "and old.reason == reason else at",
+        (_TRANSITIONS + "test_a_transition_time_moves_only_with_the_status_row_by_row",
+         "tests/controller/test_conditions.py::"
+         "test_a_transition_time_changes_only_with_the_status"),
+        "a condition's time reset when only its reason changes"),
+    Mutation(
+        "webhook-delivered-inline", _CONTROLLER + "notify.py",
+        '        for inbox in self._queues:\n            inbox.put(item)',
+        '        for name, deliver in self._channels:\n'
+        '            try:\n'
+        '                for attempt in Retrying(stop=stop_after_attempt(self.settings.attempts),'
+        '\n                        wait=wait_exponential(multiplier=0.5, '
+        'max=self.settings.wait_max)):\n'
+        '                    with attempt:\n'
+        '                        deliver(json.dumps(item, sort_keys=True, default=str).encode())\n'
+        '            except Exception:\n'
+        '                pass',
+        ("tests/controller/test_notify.py::"
+         "test_a_dead_webhook_never_slows_generations[answers-500]",),
+        "a notification delivered, with its retries, on the reconcile path"),
+    Mutation(
+        "until-at-least-strict", "reconciler/plan/probes.py",
+        "value >= condition.at_least", "value > condition.at_least",
+        ("tests/probes/test_until.py::test_each_until_kind_stops_and_a_failure_never_does",),
+        "`at_least` met only above the value"),
+    Mutation(
+        "backfill-record-wrong-metrics", "reconciler/engine/probes/measure.py",
+        '"metrics": run.metrics,',
+        '"metrics": run.metrics and {**run.metrics, "ok": False},',
+        ("tests/probes/test_backfill.py::"
+         "test_a_backfill_killed_midway_resumes_with_only_what_is_missing",),
+        "a record that is not the measurement"),
+    Mutation(
+        "backfill-measures-again", "reconciler/engine/probes/measure.py",
+        "if number not in covered.get(probe.digest, frozenset())]", "]",
+        ("tests/probes/test_backfill.py::test_every_generation_is_measured_once_and_recorded",
+         "tests/probes/test_backfill.py::"
+         "test_a_backfill_killed_midway_resumes_with_only_what_is_missing"),
+        "a resumed back-fill measures what was measured already"),
+    Mutation(
+        "set-orphans-forgotten", "reconciler/engine/sets.py",
+        "    return find_orphans(names, known, existing)", "    return []",
+        ("tests/sets/test_plan_sets.py::"
+         "test_raising_creates_and_lowering_orphans_without_deleting",
+         "tests/sets/test_seeing_sets.py::"
+         "test_status_groups_a_set_by_cell_and_marks_orphans_as_plan_does"),
+        "the members a lowered set no longer names are not shown as its orphans"),
+    Mutation(
+        "fork-refusal-dropped", "reconciler/plan/planner.py",
+        "        found.append(Refusal(*forked))", "        pass",
+        ("tests/forks/test_fork_rules.py::"
+         "test_a_fork_that_cannot_start_is_refused_by_the_plan_after_the_kernels_reasons",),
+        "a fork whose parent has no such generation planned as a birth"),
+    Mutation(
+        "restore-any-older-body", "reconciler/kernel/transaction/publish.py",
+        "        if body is not None and body != current:", "        if body is not None:",
+        ("tests/verify/test_restore_agreement.py::"
+         "test_the_kernel_restores_by_the_documented_rule_and_the_audit_finds_it_so",),
+        "a death restores an older body equal to the one it extends (the kernel and the "
+        "audit share the rule)"),
+)
+
+
+class ListError(Exception):
+    """The list of mutations is not well formed (the message says which and why)."""
+
+
+def check(mutation: Mutation, root: Path = ROOT) -> None:
+    """Raise ``ListError`` unless ``mutation`` applies to ``root`` once and stays Python."""
+    if mutation.path.startswith(NEVER_MUTATED) or ".." in Path(mutation.path).parts:
+        raise ListError(f"{mutation.name}: {mutation.path} is the sandbox's isolation (or "
+                        "outside the checkout): never mutated")
+    path = root / mutation.path
+    if not path.is_file():
+        raise ListError(f"{mutation.name}: no file {mutation.path}")
+    text = path.read_text()
+    count = text.count(mutation.old)
+    if count != 1:
+        raise ListError(f"{mutation.name}: its old text occurs {count} times in "
+                        f"{mutation.path} (it must occur once)")
+    if mutation.old == mutation.new or not mutation.tests:
+        raise ListError(f"{mutation.name}: it changes nothing or claims no test")
+    try:
+        ast.parse(text.replace(mutation.old, mutation.new))
+    except SyntaxError as error:
+        raise ListError(f"{mutation.name}: the mutated {mutation.path} is no Python "
+                        f"({error.msg}, line {error.lineno})") from error
+    for test in mutation.tests:
+        if not (root / test.split("::")[0]).is_file():
+            raise ListError(f"{mutation.name}: no test file for {test}")
+
+
+def _scratch(into: Path) -> Path:
+    copy = into / "checkout"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*_LEFT_OUT), symlinks=True)
+    return copy
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int  # pytest's exit status; -1: timed out
+    seconds: float
+    tail: str  # pytest's last line
+    failed: tuple[str, ...]  # the node ids that failed or errored
+
+
+def _pytest(copy: Path, tests: Sequence[str]) -> Ran:
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p",
+                               "no:cacheprovider", *tests], cwd=copy, env=env,
+                              capture_output=True, text=True, timeout=_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return Ran(-1, time.monotonic() - started, "timed out", ())
+    lines = done.stdout.strip().splitlines()
+    failed = tuple(line.split()[1] for line in lines
+                   if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1)
+    return Ran(done.returncode, time.monotonic() - started, (lines or [""])[-1], failed)
+
+
+def missed(mutation: Mutation, ran: Ran) -> list[str]:
+    """The claimed tests that did not fail (a parametrized test fails if one case does;
+    a run that timed out or could not collect counts as failing every test)."""
+    if ran.code in (-1, 2, 3):  # timed out, interrupted by an error, internal error
+        return []
+    return [test for test in mutation.tests
+            if not any(node == test or node.startswith(test + "[") for node in ran.failed)]
+
+
+def run(chosen: Sequence[Mutation], *, baseline: bool = True) -> int:
+    """Apply each mutation in a scratch copy and run its tests; the exit code."""
+    with tempfile.TemporaryDirectory(prefix="ouro-mutations-") as tmp:
+        copy = _scratch(Path(tmp))
+        if baseline:
+            tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
+            ran = _pytest(copy, tests)
+            print(f"unmutated: {len(tests)} tests, exit {ran.code} in {ran.seconds:.0f}s "
+                  f"({ran.tail})", flush=True)
+            if ran.code != 0:
+                print("a claimed test fails unmutated: nothing can be said of the mutations")
+                return 1
+        survived: list[str] = []
+        for mutation in chosen:
+            path = copy / mutation.path
+            original = path.read_text()
+            path.write_text(original.replace(mutation.old, mutation.new))
+            try:
+                ran = _pytest(copy, mutation.tests)
+            finally:
+                path.write_text(original)
+            # every claimed test must fail (exit 5, no test collected, or 4, a usage
+            # error, says nothing of the mutation)
+            passed = missed(mutation, ran) if ran.code not in (0, 4, 5) else list(
+                mutation.tests)
+            if passed:
+                survived.append(mutation.name)
+            print(f"{'SURVIVED' if passed else 'caught  '} {mutation.name} ({mutation.why}): "
+                  f"exit {ran.code} in {ran.seconds:.0f}s ({ran.tail})"
+                  + (f"\n    not failed: {', '.join(passed)}" if passed else ""), flush=True)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} mutations caught"
+          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    return 1 if survived else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutations",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip running the claimed tests unmutated first")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in MUTATIONS}
+    unknown = [name for name in args.names if name not in by_name]
+    if unknown:
+        print(f"no mutation named {', '.join(unknown)} (known: {', '.join(by_name)})",
+              file=sys.stderr)
+        return 2
+    chosen = [by_name[name] for name in args.names] or list(MUTATIONS)
+    try:
+        for mutation in chosen:
+            check(mutation)
+    except ListError as error:
+        print(f"tests.mutations: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        for mutation in chosen:
+            print(f"{mutation.name}: {mutation.path}: {mutation.why}\n    "
+                  + "\n    ".join(mutation.tests))
+        return 0
+    return run(chosen, baseline=not args.no_baseline)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
