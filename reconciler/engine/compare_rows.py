@@ -3,9 +3,8 @@
 Rule: read-only; no statistics and no rendering here. A lineage's rows are the
 columns of `ouro export` (``reconciler.state.summaries.COLUMNS`` and the probes'
 ``probe.<name>.<metric>``), one per generation, row 0 (its seed) first when it has one,
-read by one function, ``generation_rows``: the one place that knows where those rows
-come from (today the summaries and the probe records, as `ouro export` reads them), so
-that a typed per-generation table can take its place there alone.
+read by one function, ``generation_rows``, from the one typed per-generation table
+(``reconciler.state.table``), which `ouro export` and `ouro log` render too.
 
 Asked only for probe columns of a lineage that has its spec, the rows come from its
 observation (``Fleet.observe``: the probe records at each of the spec's probes' digest,
@@ -70,13 +69,13 @@ def generation_rows(paths: LineagePaths, cache: Path | None,
                     columns: Collection[str] | None = None,
                     spec: LoadedSpec | None = None, observed: Observed | None = None
                     ) -> tuple[dict[int, dict[str, Any]], tuple[str, ...]]:
-    """The lineage's per-generation rows, row 0 first, as `ouro export` has them (only
-    ``columns``, when given; a probe column a generation lacks is absent), and the
-    problems its summary names. The adapter: the one place to swap for a typed table.
-    ``spec`` and ``observed``: its spec and observation, for probe columns alone."""
-    from reconciler.state.probes import columns as probe_columns
-    from reconciler.state.seed_row import with_seed
-    from reconciler.state.summaries import COLUMNS, summarize
+    """The lineage's per-generation rows, row 0 (the seed) first, from the one table
+    (``reconciler.state.table.lineage_table``, as `ouro export` has them): only
+    ``columns``, when given; a probe column a generation lacks is absent. And the
+    problems its summary names. ``spec`` and ``observed``: its spec and observation, for
+    probe columns alone (the fast path: the observed cache, not every record again)."""
+    from reconciler.state.summaries import summarize
+    from reconciler.state.table import FIXED_COLUMNS, PROBE_PREFIX, GenerationTable, lineage_table
 
     if columns is not None and spec is not None and observed is not None \
             and not observed.problems:
@@ -84,16 +83,15 @@ def generation_rows(paths: LineagePaths, cache: Path | None,
         if fast is not None:
             return fast, ()
     summary = summarize(paths, cache)
-    wanted = COLUMNS if columns is None else tuple(c for c in COLUMNS if c in columns)
-    probes = (probe_columns(paths) if columns is None
-              or any(c.startswith("probe.") for c in columns) else {})
+    lineage = lineage_table(spec.name if spec is not None else paths.name, paths, summary)
+    every = GenerationTable((lineage,)).columns
+    wanted = every if columns is None else tuple(c for c in every if c in columns)
     rows: dict[int, dict[str, Any]] = {}
-    for row in with_seed(paths, summary):
-        found = {name: getattr(row, name) for name in wanted}
-        measured = probes.get(row.generation, {})
-        found.update(measured if columns is None
-                     else {k: v for k, v in measured.items() if k in columns})
-        rows[row.generation] = found
+    for row in lineage.rows:
+        found = row.as_dict(wanted)
+        rows[row.generation] = {name: value for name, value in found.items()
+                                if value is not None or name in FIXED_COLUMNS
+                                or not name.startswith(PROBE_PREFIX)}
     return rows, summary.problems
 
 
