@@ -5,9 +5,9 @@ module's ``FORMAT_VERSION``, the same for every kind) and its ``kind``, then its
 fields. A field may be added to a document, never renamed or dropped, without
 bumping ``FORMAT_VERSION``. The kinds: ``ouro-plan``, ``ouro-status``,
 ``ouro-apply``, ``ouro-verify``, ``ouro-log``, ``ouro-show``, ``ouro-kernels``,
-``ouro-reproduce``, the
-controller's ``ouro-controller-status`` and the saved plan's ``ouro-plan-file`` (which
-also carries the ``format`` its reader checks).
+``ouro-reproduce``, the controller's ``ouro-controller-status``, the saved plan's
+``ouro-plan-file`` (which also carries the ``format`` its reader checks), ``ouro-compare``
+and ``ouro-best``.
 
 May import nothing of reconciler: every layer above the kernel builds its documents here.
 """
@@ -20,7 +20,8 @@ __all__ = ["FORMAT_VERSION", "KINDS", "envelope"]
 
 FORMAT_VERSION = 1
 KINDS = ("ouro-plan", "ouro-status", "ouro-apply", "ouro-verify", "ouro-log", "ouro-show",
-         "ouro-kernels", "ouro-plan-file", "ouro-controller-status", "ouro-reproduce")
+         "ouro-kernels", "ouro-plan-file", "ouro-controller-status", "ouro-reproduce",
+         "ouro-compare", "ouro-best")
 
 
 def envelope(kind: str, **fields: Any) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def _every_import(script: Path) -> list[str]:
 @pytest.mark.parametrize("name", ["plan_bench", "history_bench", "apply_bench",
                                   "generation_overhead", "pinned_kernel", "startup",
                                   "index_bench", "replay_lineage", "set_bench", "fleet_scale",
-                                  "controller_idle"])
+                                  "controller_idle", "compare_bench"])
 def test_each_benchmark_loads_without_pytest(name: str) -> None:
     """Every module a benchmark imports, lazily too, loads with `import pytest` failing as
     in a venv without the test extra."""

@@ -181,14 +181,15 @@ def test_every_readme_command_works_verbatim(tmp_path: Path) -> None:
             ran.append(command)
     assert any(c.startswith(".venv/bin/ouro apply") for c in ran)
     assert "ouro apply --yes mine/" in ran and "ouro view specs/" in ran
-    assert (work / "generations.csv").read_text().count("\n") == 1 + 5 + 3
+    # the header, then each lineage's row 0 (its seed) and its generations
+    assert (work / "generations.csv").read_text().count("\n") == 1 + (1 + 5) + (1 + 3)
     # the experiments: a set, probes, a fork (run from the prose), the reading commands
     for command in ("ouro apply --yes examples/sweep.yaml", "ouro status -l ouro/set=sweep",
                     "ouro apply --yes examples/probes.yaml", "ouro log probed",
                     "ouro apply --yes mine/branch.yaml", "ouro log branch", "ouro status scribe",
                     "ouro verify --full", ". .venv/bin/activate"):
         assert command in ran, command
-    assert (work / "sweep.csv").read_text().count("\n") == 1 + 4 * 2  # 4 members, 2 gens
+    assert (work / "sweep.csv").read_text().count("\n") == 1 + 4 * 3  # 4 members, row 0 + 2 gens
     assert (tmp_path / "state" / "branch.git").is_dir()
 
 

@@ -34,6 +34,7 @@ import typer
 
 from reconciler.cli import (
     apply,
+    compare,
     controller,
     doctor,
     history,
@@ -132,7 +133,7 @@ def _register(target: typer.Typer) -> None:
 
 
 for _module in (validate, schema, plan, status, apply, controller, verify, doctor, history, view,
-                kernel, reproduce):
+                kernel, compare, reproduce):
     _module.register(app)
 _register(app)
 _VERSION_OPTIONS = ("--version", "-V")

@@ -108,7 +108,8 @@ def _one(name: str, specs: list[Path] | None, state_dir: Path | None) -> tuple[
 
 def show_command(
     name: Annotated[str, typer.Argument(help="lineage name")],
-    generation: Annotated[int, typer.Argument(help="generation number", min=1)],
+    generation: Annotated[int, typer.Argument(help="generation number (0 is the seed)",
+                                              min=0)],
     full: Annotated[bool, typer.Option(
         "--full", help="prompts, replies, bodies and the diff in full")]
     = False,
@@ -123,9 +124,11 @@ def show_command(
     from reconciler.state.history import SHOW_LIMITS, detail
     from reconciler.state.probes import latest
     from reconciler.state.ran_with import born_under
+    from reconciler.state.seed_row import seed_detail
 
     paths, summary = _one(name, specs, state_dir)
-    found = detail(paths, summary, generation, None if full else SHOW_LIMITS)
+    found = (seed_detail(paths, summary) if generation == 0
+             else detail(paths, summary, generation, None if full else SHOW_LIMITS))
     render = show_json if as_json else show_text
     probes = [item.record for item in latest(paths).get(generation, [])]
     sys.stdout.write(render(name, found, full=full, born=born_under(paths), probes=probes))

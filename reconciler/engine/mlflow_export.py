@@ -39,6 +39,7 @@ from urllib.parse import urlparse
 
 from reconciler.errors import OuroError
 from reconciler.state.birth import Birth
+from reconciler.state.seed_row import SEED_OUTCOME
 from reconciler.state.table import (
     MATRIX_PREFIX,
     SET_COLUMNS,
@@ -251,11 +252,13 @@ def metric_points(rows: Sequence[TableRow],
                   columns: Sequence[str]) -> dict[str, dict[int, tuple[float, int]]]:
     """Metric key -> step (generation) -> (value, timestamp in ms), from the table's rows:
     every numeric cell of ``columns`` but the step and the design (``NOT_METRICS``,
-    ``matrix.<key>``)."""
+    ``matrix.<key>``). Row 0 (the seed) is no step: no life made it."""
     chosen = [column for column in columns
               if column not in NOT_METRICS and not column.startswith(MATRIX_PREFIX)]
     points: dict[str, dict[int, tuple[float, int]]] = {}
     for row in rows:
+        if row.facts.status == SEED_OUTCOME:
+            continue
         stamp = _millis(row.facts.started_at)
         for column in chosen:
             number = _number(column, row.value(column))

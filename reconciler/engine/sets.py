@@ -11,7 +11,7 @@ never changed: history is never removed. ``ouro plan``, ``status``, ``log`` and
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,11 +68,13 @@ def set_names(loaded: Sequence[LoadedSpec]) -> list[str]:
 
 
 def grouped(loaded: Sequence[LoadedSpec], chosen: Sequence[LoadedSpec],
-            state_dir: Path | None) -> list[Shown]:
+            state_dir: Path | None,
+            where: Callable[[LoadedSpec], LineagePaths] = spec_paths) -> list[Shown]:
     """``chosen``'s lineages as status, log and export show them: spec order, except that
     each set's members are together, cell by cell (the cells in spec order, each cell's
-    replicas by index), its orphans in their cells (a removed value's cells last)."""
-    shown = [Shown(spec.name, spec_paths(spec), spec.member, spec) for spec in chosen]
+    replicas by index), its orphans in their cells (a removed value's cells last).
+    ``where``: where a spec's lineage lives (``spec_paths``, or an observation's answer)."""
+    shown = [Shown(spec.name, where(spec), spec.member, spec) for spec in chosen]
     orphans = set_orphans(loaded, chosen, state_dir)
     cells: dict[str, dict[str | None, dict[str, Any]]] = {}
     for spec in loaded:

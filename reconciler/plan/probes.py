@@ -1,8 +1,9 @@
 """The measurement work a plan shows: generations x probes still unmeasured. Pure.
 
-Rule: every generation is measured by every probe at its current digest; the work
-is the (digest, generation) pairs without a record, over the generations the
-lineage will have after this apply, bounded in CPU by each probe's cpu ceiling.
+Rule: every generation is measured by every probe at its current digest, the seed
+(generation 0) too; the work is the (digest, generation) pairs without a record, over
+the generations the lineage will have after this apply (0 to N), bounded in CPU by
+each probe's cpu ceiling.
 The observed coverage is data (``reconciler.state.probes.coverage``).
 """
 
@@ -44,11 +45,11 @@ class MeasurementWork:
 
 def measurement_work(probes: Sequence[ProbeLike], generations: int,
                      coverage: Mapping[str, Set[int]]) -> MeasurementWork:
-    """What measuring ``generations`` (1..N) with ``probes`` still takes."""
+    """What measuring the seed and ``generations`` (0..N) with ``probes`` still takes."""
     count = cpu = 0
     for probe in probes:
         done = coverage.get(probe.digest, frozenset())
-        missing = generations - sum(1 for n in done if 1 <= n <= generations)
+        missing = generations + 1 - sum(1 for n in done if 0 <= n <= generations)
         count += missing
         cpu += missing * int(probe.ceilings.cpu)
     return MeasurementWork(count, cpu, len(probes))

@@ -46,7 +46,9 @@ def size(value: int | None) -> str:
 
 
 def outcome_of(row: GenerationRow) -> str:
-    """changed / no-change / died (cause), with a model failure noted."""
+    """changed / no-change / died (cause), with a model failure noted; row 0's ``seed``."""
+    if row.status == "seed":  # row 0: no life made it (reconciler.state.seed_row)
+        return "seed"
     text = row.status or "?"
     if row.status == "died":
         cause = row.death_cause or "unknown cause"

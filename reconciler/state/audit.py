@@ -895,14 +895,19 @@ def _run(audit: _Audit) -> None:
     audit.observation_history(obs_repo, obs_chain)
     files = audit.observation_files(obs_repo, obs_chain)
     audit.observations_against(repo, chain[-1].id, generations, files)
-    _probe_records(audit, generations)
+    _probe_records(audit, generations, chain[0])
 
 
-def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]]) -> None:
-    """The probe records (``reconciler.state.probes``): each names its generation's commit,
-    each digest is its probe's, each holds what ouro's writer writes (``probe_rules``)."""
+def _probe_records(audit: _Audit, generations: dict[int, tuple[pygit2.Oid, str | None]],
+                   root: pygit2.Commit) -> None:
+    """The probe records (``reconciler.state.probes``): each names its generation's commit
+    (generation 0's: the seed, the root commit), each digest is its probe's, each holds
+    what ouro's writer writes (``probe_rules``)."""
     commits = {number: str(oid) for number, (oid, _) in generations.items()}
-    for kind, number in check_records(audit.paths, commits):
+    if not formats.is_generation_subject(_subject(root)):
+        commits[0] = str(root.id)
+    for kind, found in check_records(audit.paths, commits):
+        number = found or None  # the seed's record: the lineage's (reports count from 1)
         match kind:  # (each code by name: the codes' test reads them here)
             case "commit":
                 audit.find("probe-record-commit", number)

@@ -38,6 +38,7 @@ __all__ = [
     "probe_branch",
     "record_name",
     "records",
+    "seed_commit",
     "table",
 ]
 
@@ -153,6 +154,22 @@ def generation_commits(paths: LineagePaths) -> list[str]:
         return []
     found.reverse()
     return found
+
+
+def seed_commit(paths: LineagePaths) -> str | None:
+    """The lineage's seed (generation 0): the root of its branch's first-parent line, when
+    that root is no generation commit (a lineage's root is its ``seed`` commit; a fork's
+    holds the parent's generation it was born from, byte for byte). None when it cannot
+    be read."""
+    repo = open_repo(paths.git_dir, bare=True)
+    try:
+        head = repo.head(paths.branch) if repo is not None else None
+        root = repo.root(head) if repo is not None and head is not None else None
+    except StateError:
+        return None
+    if root is None or formats.is_generation_subject(first_line(root)):
+        return None
+    return str(root.id)
 
 
 def metrics(paths: LineagePaths,

@@ -5,6 +5,10 @@ MLflow), ``ouro log``, ``ouro compare`` and the viewer's plots render. Nothing h
 renders text and nothing parses text back: a renderer asks a row for its columns by
 name (``TableRow.value``) and formats them itself.
 
+Row 0 is the seed's (``reconciler.state.seed_row``): generation 0, outcome ``seed``, the
+root commit's organism size, the probes' generation-0 values; a fork's row 0 carries its
+descent, so its ``absolute_generation`` is the parent's generation it was born from.
+
 A row joins, for one generation of one lineage:
 
 - the summary's ``GenerationRow`` (``reconciler.state.summaries``): outcome, sizes,
@@ -36,6 +40,7 @@ from reconciler.spec.sets import Membership
 from reconciler.state.forks import holds_commit, recorded_ancestry
 from reconciler.state.probes import ProbeTable
 from reconciler.state.probes import table as probe_table
+from reconciler.state.seed_row import with_seed
 from reconciler.state.summaries import COLUMNS, GenerationRow, LineageSummary
 
 if TYPE_CHECKING:
@@ -252,9 +257,10 @@ def lineage_table(name: str, paths: LineagePaths, summary: LineageSummary, *,
                   member: Membership | None = None, spec: LoadedSpec | None = None,
                   places: Callable[[str], LineagePaths | None] = lambda _name: None,
                   probes: ProbeTable | None = None) -> LineageTable:
-    """One lineage's rows: its summary's rows joined with its set place, its descent
-    (``places``: where a fork's ancestors live, by name) and its probes' table (read
-    from its probe records unless given)."""
+    """One lineage's rows: its seed's row 0 (``reconciler.state.seed_row``: generation 0,
+    outcome ``seed``, when the root commit reads) then its summary's rows, each joined
+    with its set place, its descent (``places``: where a fork's ancestors live, by name)
+    and its probes' table (read from its probe records unless given)."""
     measured = probe_table(paths) if probes is None else probes
     origin = descent(paths, places)
     values: dict[int, dict[str, Any]] = {}
@@ -267,5 +273,5 @@ def lineage_table(name: str, paths: LineagePaths, summary: LineageSummary, *,
             failures.setdefault(generation, {})[probe] = reason
     rows = tuple(TableRow(name, facts, member, origin, values.get(facts.generation, {}),
                           failures.get(facts.generation, {}))
-                 for facts in summary.rows)
+                 for facts in with_seed(paths, summary))  # row 0 (the seed) first
     return LineageTable(name, paths, summary, rows, measured, member, origin, spec)

@@ -331,7 +331,8 @@ def _set_view(source: FleetSource, set_name: str, metric_name: str
         return None
     members = [sets.MemberView(name, pages.lineage_href(name), member,
                                sets.member_values(metric.name, known.summary.rows,
-                                                  known.probes.values.get(metric.name, {})))
+                                                  known.probes.values.get(metric.name, {})),
+                               known.summary.generations)
                for name, _shown, known, member in found if member is not None]
     return metric, sets.cells_of(members), columns
 

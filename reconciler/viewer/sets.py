@@ -4,26 +4,29 @@ mean and spread. Read-only.
 Rule: a member's metric is a number per generation, or a gap (never a zero): organism
 size (KiB), cumulative model spend (USD), survival (the share of its generations so far
 that did not die) or a probe's metric (``probe.<name>.<metric>``: a boolean is 0 or 1,
-anything else not a number is a gap). A cell's mean and spread (the population
-standard deviation) at generation N are over the members that have a value at N. Who
-is a member, in which cell, and who is orphaned comes from
-``reconciler.engine.sets`` (the viewer's lineages come with their membership);
-orphans are drawn and listed, marked, never counted in a cell's mean. Drawn by
-matplotlib as SVG, like every plot (``reconciler.viewer.plots``): member lines have
-the SVG groups ``member-<i>`` (the page's member order), cell means ``cell-mean-<j>``
-and their spreads ``cell-spread-<j>``; names are drawn as glyph outlines, not text.
+anything else not a number is a gap). A cell's statistics at generation N (n, mean,
+median, the 95% bootstrap CI of the mean, min, max, alive) and every pair of cells'
+difference are ``reconciler.report.statistics``'s, the same function as `ouro
+compare`'s, under its survivor rule: a member whose history ends before N is not
+alive there and out of n; a member's line stops at its last point. Who is a member,
+in which cell, and who is orphaned comes from ``reconciler.engine.sets`` (the
+viewer's lineages come with their membership); orphans are drawn and listed, marked,
+never counted. Drawn by matplotlib as SVG, like every plot
+(``reconciler.viewer.plots``): member lines have the SVG groups ``member-<i>`` (the
+page's member order), cell means ``cell-mean-<j>`` and their CI bands ``cell-ci-<j>``,
+with n written where it changes; names are drawn as glyph outlines, not text.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from reconciler.report.sets import matrix_value
+from reconciler.report.statistics import Comparison, MemberSeries, compare_at, series
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
 from reconciler.state.summaries import GenerationRow
@@ -115,6 +118,7 @@ class MemberView:
     href: str
     member: Membership
     values: dict[int, float]
+    generations: int | None = None  # its history's newest generation (None: unknown)
 
     @property
     def last(self) -> float | None:
@@ -133,21 +137,23 @@ class CellView:
     def live(self) -> list[MemberView]:
         return [m for m in self.members if not m.member.orphaned]
 
-    def mean_and_spread(self) -> dict[int, tuple[float, float, int]]:
-        """generation -> (mean, population standard deviation, members with a value)."""
-        found: dict[int, list[float]] = {}
-        for member in self.live:
-            for number, value in member.values.items():
-                found.setdefault(number, []).append(value)
-        return {number: (statistics.fmean(values), statistics.pstdev(values), len(values))
-                for number, values in sorted(found.items())}
+    @property
+    def label(self) -> str:
+        return self.name or "(one cell)"
 
-    def last(self) -> tuple[float, float, int] | None:
-        """The mean, spread and count of the live members' last values (None: none)."""
-        values = [m.last for m in self.live if m.last is not None]
-        if not values:
-            return None
-        return statistics.fmean(values), statistics.pstdev(values), len(values)
+
+def member_series(cells: Sequence[CellView]) -> list[MemberSeries]:
+    """The cells' live members as the statistics read them (orphans are never counted)."""
+    return [MemberSeries(member.name, cell.label,
+                         member.generations if member.generations is not None
+                         else max(member.values, default=None), member.values)
+            for cell in cells for member in cell.live]
+
+
+def newest(cells: Sequence[CellView]) -> int:
+    """The newest generation any live member reached (the page's comparison is there)."""
+    return max((m.generations if m.generations is not None else max(m.values, default=0)
+                for cell in cells for m in cell.live), default=0)
 
 
 def sets_of(members: Mapping[str, Membership | None]) -> dict[str, dict[str, int]]:
@@ -183,8 +189,19 @@ def cells_of(members: Sequence[MemberView]) -> list[CellView]:
     return out
 
 
-def _format(value: float) -> str:
-    return f"{value:.4g}"
+def _format(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "—" if low is None or high is None else f"[{low:.4g}, {high:.4g}]"
+
+
+def _pairs(comparison: Comparison) -> list[dict[str, str]]:
+    return [{"first": pair.first, "second": pair.second,
+             "difference": _format(pair.difference),
+             "ci": _interval(pair.ci_low, pair.ci_high), "p": _format(pair.p_value)}
+            for pair in comparison.pairs]
 
 
 def set_context(set_name: str, metric: SetMetric, cells: Sequence[CellView],
@@ -201,26 +218,66 @@ def set_context(set_name: str, metric: SetMetric, cells: Sequence[CellView],
                for name, item in METRICS.items()]
     choices += [(column, column, set_href(set_name, column), column == metric.name)
                 for column in probe_columns]
+    generation = newest(cells)
+    comparison = compare_at(member_series(cells), generation)
+    stats = {group.group: group for group in comparison.groups}
     rows = []
     for cell in cells:
-        last = cell.last()
+        group = stats.get(cell.label)
         rows.append({
-            "name": cell.name or "(one cell)", "matrix": cell.matrix,
-            "count": len(cell.live),
-            "mean": _format(last[0]) if last else "—",
-            "spread": _format(last[1]) if last else "—",
+            "name": cell.label, "matrix": cell.matrix, "count": len(cell.live),
+            "alive": str(group.alive) if group else "0", "n": str(group.n) if group else "0",
+            "mean": _format(group.mean if group else None),
+            "median": _format(group.median if group else None),
+            "ci": _interval(group.ci_low, group.ci_high) if group else "—",
+            "min": _format(group.minimum if group else None),
+            "max": _format(group.maximum if group else None),
             "members": [{"name": m.name, "href": m.href, "orphaned": m.member.orphaned,
                          "last": _format(m.last) if m.last is not None else "—"}
                         for m in cell.members],
         })
     return {"set_name": set_name, "heading": heading, "metric": metric,
             "choices": choices, "plot": set_plot_href(set_name, metric.name),
-            "cells": rows}
+            "cells": rows, "generation": generation, "pairs": _pairs(comparison),
+            "rule": comparison.rule, "ci_method": comparison.ci_method,
+            "resamples": comparison.resamples, "seed": comparison.seed,
+            "test": comparison.test}
+
+
+def _bands(axes: Any, cells: Sequence[CellView]) -> None:
+    """Each cell's mean (thick) and its 95% CI band over generations, n written where it
+    changes (``reconciler.report.statistics.series``)."""
+    members = member_series(cells)
+    points = series(members, range(0, newest(cells) + 1)) if members else []
+    labels = [group.group for group in points[0].groups] if points else []
+    for j, cell in enumerate(cells):
+        if cell.label not in labels:
+            continue
+        at = labels.index(cell.label)
+        found = [(p.generation, p.groups[at]) for p in points if p.groups[at].mean is not None]
+        if not found:
+            continue
+        colour = f"C{j % 10}"
+        numbers = [number for number, _ in found]
+        means = [float(group.mean or 0.0) for _, group in found]
+        axes.fill_between(numbers, [g.ci_low if g.ci_low is not None else m
+                                    for (_, g), m in zip(found, means, strict=True)],
+                          [g.ci_high if g.ci_high is not None else m
+                           for (_, g), m in zip(found, means, strict=True)],
+                          color=colour, alpha=0.15, linewidth=0, gid=f"cell-ci-{j}")
+        axes.plot(numbers, means, color=colour, linewidth=2.2, gid=f"cell-mean-{j}",
+                  label=cell.label.replace("$", r"\$"))
+        shown = None
+        for (number, group), mean in zip(found, means, strict=True):
+            if group.n != shown:
+                axes.annotate(f"n={group.n}", (number, mean), fontsize=7, color=colour,
+                              textcoords="offset points", xytext=(2, 4))
+                shown = group.n
 
 
 def render_set_svg(metric: SetMetric, cells: Sequence[CellView]) -> bytes:
-    """Every member's line (thin; an orphan's dashed), and per cell its mean (thick) and
-    mean ± spread (a band), one colour per cell."""
+    """Every member's line (thin, to its last point and no further; an orphan's dashed),
+    and per cell its mean (thick) with its 95% CI band, one colour per cell."""
     with plots._LOCK:
         figure, axes = plots._figure()
         known, index, width = False, 0, 0
@@ -235,18 +292,9 @@ def render_set_svg(metric: SetMetric, cells: Sequence[CellView]) -> bytes:
                               alpha=0.35, linewidth=0.8, gid=f"member-{index}",
                               linestyle="--" if member.member.orphaned else "-")
                 index += 1
-            stats = cell.mean_and_spread()
-            if stats:
-                numbers = list(stats)
-                means = [stats[n][0] for n in numbers]
-                spreads = [stats[n][1] for n in numbers]
-                axes.fill_between(numbers, [m - s for m, s in zip(means, spreads, strict=True)],
-                                  [m + s for m, s in zip(means, spreads, strict=True)],
-                                  color=colour, alpha=0.15, linewidth=0, gid=f"cell-spread-{j}")
-                axes.plot(numbers, means, color=colour, linewidth=2.2, gid=f"cell-mean-{j}",
-                          label=(cell.name or "mean").replace("$", r"\$"))
+        _bands(axes, cells)
         if not known:
             plots._no_data(axes)
-        title = f"{metric.title}: members, each cell's mean ± spread".replace("$", r"\$")
+        title = f"{metric.title}: members, each cell's mean and 95% CI".replace("$", r"\$")
         return plots._finish(figure, axes, plots.Plot(metric.name, title, metric.unit, ()),
                              width, known)

@@ -57,8 +57,10 @@ def _ok(env: dict[str, str], *args: str) -> str:
 
 
 def _table(env: dict[str, str], name: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in
-            _ok(env, "export", name, "--format", "jsonl").splitlines()]
+    """The export's generations (row 0, the seed, is no MLflow step: --to mlflow logs
+    generations 1..N)."""
+    return [row for line in _ok(env, "export", name, "--format", "jsonl").splitlines()
+            if (row := json.loads(line))["generation"] != 0]
 
 
 def _expected(rows: list[dict[str, object]]) -> dict[str, list[tuple[int, float]]]:

@@ -2,7 +2,8 @@
 docs/lineage-contract.md's formats (tests.observe.builder, pygit2), a LineageSet of two
 replicas, a fork of a member and a fork of that fork, probe records written by ouro's
 writer (a string metric holding U+2028 and U+0085, a failure, a generation not
-measured); and the table they make, written by hand from those inputs (``grow``)."""
+measured); and the table they make, each lineage's row 0 (its seed) first, written
+by hand from those inputs (``grow``)."""
 
 from __future__ import annotations
 
@@ -113,6 +114,19 @@ def _row(lineage: str, generation: int, status: str, commit: str, **more: Any) -
     return row
 
 
+def _seed(lineage: str, commit: str, **more: Any) -> dict[str, Any]:
+    """Row 0: the seed (its root commit, the 48-byte seed organism: every builder's seed,
+    a fork's too); no life made it, so no observation and nothing it records; no probe
+    measured it here."""
+    row = {key: None for key in _row(lineage, 0, "no-change", commit)}
+    row.update({"lineage": lineage, "generation": 0, "status": "seed", "outcome": "seed",
+                "organism_bytes": 48, "external_edits_before": 0, "lineage_commit": commit,
+                "observed": False, "absolute_generation": 0})
+    for key, value in more.items():
+        row[key.replace("__", ".")] = value
+    return row
+
+
 def grow(state: Path, specs: Path) -> tuple[list[dict[str, Any]], list[str], str]:
     """The lineages, and the table they make (written by hand), the members' names and
     their cell (as the spec names them)."""
@@ -134,15 +148,22 @@ def grow(state: Path, specs: Path) -> tuple[list[dict[str, Any]], list[str], str
     g1 = grandkid.gen("no-change")
     member = {"set": "evo", "cell": cell, "orphaned": False, "matrix__ceilings__wall": "60s"}
     table = [
+        _seed(first, one.seed, replica=0, **member),
         _row(first, 1, "changed", a1, replica=0, probe__shape__bytes=57,
              probe__shape__note=NOTE, probe__shape__ok=True, **member),
         _row(first, 2, "changed", a2, replica=0, probe_failure__shape="exit status 3",
              **member),
         _row(first, 3, "no-change", a3, replica=0, organism_bytes=57, **member),  # gen 2's
+        _seed(second, two.seed, replica=1, **member),
         _row(second, 1, "died", b1, replica=1, **member),
-        # kid is gen 2 of the first member's line: its gen 1 is the line's gen 3
+        # kid is gen 2 of the first member's line: its seed is the line's gen 2, its gen 1
+        # the line's gen 3
+        _seed("kid", kid.seed, parent_lineage=first, parent_generation=2,
+              absolute_generation=2),
         _row("kid", 1, "changed", k1, parent_lineage=first, parent_generation=2,
              absolute_generation=3),
+        _seed("grandkid", grandkid.seed, parent_lineage="kid", parent_generation=1,
+              absolute_generation=3),
         _row("grandkid", 1, "no-change", g1, parent_lineage="kid", parent_generation=1,
              absolute_generation=4),
     ]

@@ -27,16 +27,19 @@ def test_log_rows(grown_fleet: Fleet) -> None:
     assert text.startswith("story: 6 generations, 1 died, 1 model failure, 1 external edit")
     assert "quiet: 3 generations, 0 died" in text
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s", line)]
-    assert [row[0] for row in rows] == ["1", "2", "3", "4", "5", "6", "1", "2", "3"]
+    # row 0 first: the seed
+    assert [row[0] for row in rows] == ["0", "1", "2", "3", "4", "5", "6", "0", "1", "2", "3"]
+    assert [row[1] for row in rows if row[0] == "0"] == ["seed", "seed"]
     assert "died (process_exit, exit 255)" in text
-    assert "[model: replay_exhausted]" in text.splitlines()[7]  # provider_failure.code
+    assert "[model: replay_exhausted]" in text.splitlines()[8]  # provider_failure.code
 
 
 def test_log_json_and_filters(grown_fleet: Fleet) -> None:
     document = json.loads(ouro(grown_fleet, "log", "story", "--json"))
     assert document["kind"] == "ouro-log" and document["format_version"] == 1
     [story] = document["lineages"]
-    rows = story["rows"]
+    seed, *rows = story["rows"]
+    assert (seed["generation"], seed["status"], seed["outcome"]) == (0, "seed", "seed")
     assert [row["generation"] for row in rows] == [1, 2, 3, 4, 5, 6]
     assert rows[3]["status"] == "died" and rows[3]["exit_status"] == 255
     assert rows[3]["external_edits_before"] == 1
@@ -85,11 +88,13 @@ def test_diff_between_generations(grown_fleet: Fleet) -> None:
 
 def test_export_csv_and_jsonl(grown_fleet: Fleet) -> None:
     table = list(csv.DictReader(io.StringIO(ouro(grown_fleet, "export", "story", "quiet"))))
-    assert len(table) == 9 and tuple(table[0]) == FIXED_COLUMNS
-    assert [row["lineage"] for row in table] == ["story"] * 6 + ["quiet"] * 3
-    assert table[3]["death_cause"] == "process_exit" and table[3]["tokens_in"] == ""
+    assert len(table) == 11 and tuple(table[0]) == FIXED_COLUMNS  # rows 0 too
+    assert [row["lineage"] for row in table] == ["story"] * 7 + ["quiet"] * 4
+    assert (table[0]["generation"], table[0]["status"], table[0]["spend_usd"]) == (
+        "0", "seed", "")
+    assert table[4]["death_cause"] == "process_exit" and table[4]["tokens_in"] == ""
     lines = ouro(grown_fleet, "export", "story", "--format", "jsonl").splitlines()
-    assert [json.loads(line)["generation"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [json.loads(line)["generation"] for line in lines] == [0, 1, 2, 3, 4, 5, 6]
     docs = (REPO_ROOT / "docs" / "export.md").read_text()
     for column in FIXED_COLUMNS:
         assert f"`{column}`" in docs, column

@@ -27,7 +27,7 @@ def test_the_absolute_generation_counts_from_the_root_ancestors_seed(tmp_path: P
     assert descent(child.paths, places.get) == Descent("root", 3, 3)
     table = lineage_table("child", child.paths, summarize(child.paths), places=places.get)
     assert [(row.generation, row.absolute_generation) for row in table.rows] == [
-        (1, 4), (2, 5)]
+        (0, 3), (1, 4), (2, 5)]  # row 0: the seed, born from the root's gen 3
     grandchild = ForkBuilder(tmp_path, "grand", fork_record("child", child.seed, 1, c1))
     assert descent(grandchild.paths, _places(root, child).get).absolute(1) == 3 + 1 + 1
     assert descent(root.paths, places.get) == Descent(None, None, 0)  # no fork

@@ -74,10 +74,11 @@ def test_show_flags_a_generation_under_another_kernel(grown_fleet: Fleet) -> Non
 def test_log_rows_carry_kernel_and_stops(grown_fleet: Fleet) -> None:
     born = _metadata(grown_fleet, "cut")
     [cut] = json.loads(ouro(grown_fleet, "log", "cut", "--json"))["lineages"]
-    rows = cut["rows"]
+    seed, *rows = cut["rows"]  # row 0, the seed: no life, no kernel recorded
+    assert (seed["generation"], seed["ran_with"], seed["kernel_fingerprint"]) == (0, None, None)
     assert [row["truncated_calls"] for row in rows] == [1, 0, 0]
     assert [row["stops_lineage"] for row in rows] == [False, False, True]
     assert {row["kernel_fingerprint"] for row in rows} == {born["instrument_fingerprint"]}
     assert {row["ran_with"] for row in rows} == {"recorded"}
     [hostile] = json.loads(ouro(grown_fleet, "log", "hostile", "--json"))["lineages"]
-    assert hostile["rows"][0]["kernel_fingerprint"] == FORGED_FINGERPRINT
+    assert hostile["rows"][1]["kernel_fingerprint"] == FORGED_FINGERPRINT

@@ -74,16 +74,19 @@ def test_columns_choose_any_column_of_the_export(
                "generation,tokens_in,absolute_generation,probe_failure.shape,probe.shape.ok")
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("gen "))
-    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[start:start + 4]]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[start:start + 5]]
     assert rows == [
         ["gen", "tok in", "absolute_generation", "probe_failure.shape", "probe.shape.ok"],
+        ["0", "\u2014", "0", "\u2014", "\u2014"],  # row 0: the seed
         ["1", "10", "1", "\u2014", "true"],
         ["2", "10", "2", "exit status 3", "\u2014"],
         ["3", "\u2014", "3", "\u2014", "\u2014"],
     ]
     kid = _log(monkeypatch, capsys, "--specs", specs, "kid", "--columns",
                "absolute_generation,parent_lineage,diff")
-    assert kid.splitlines()[-1].split() == ["3", members[0], "+1/-0", "1p"]
+    found = [line.split() for line in kid.splitlines()]
+    assert ["2", members[0], "\u2014"] in found  # its row 0: the parent's gen 2, no diff
+    assert ["3", members[0], "+1/-0", "1p"] in found
     error = _log(monkeypatch, capsys, "--specs", specs, "kid", "--columns", "gen,spend",
                  code=1)
     assert "--columns: no column 'gen', 'spend'" in error and "spend_usd" in error
@@ -98,14 +101,14 @@ def test_format_json_is_the_log_document_and_jsonl_csv_the_exports_rows(
     assert document["kind"] == "ouro-log"
     assert json.loads(_log(monkeypatch, capsys, "--specs", specs, members[0], "--json")) \
         == document
-    assert document["lineages"][0]["rows"] == table[:3]
-    assert document["lineages"][0]["rows"][0]["probe.shape.note"] == NOTE
+    assert document["lineages"][0]["rows"] == table[:4]  # row 0 (the seed) first
+    assert document["lineages"][0]["rows"][1]["probe.shape.note"] == NOTE
     [kid] = json.loads(_log(monkeypatch, capsys, "--specs", specs, "kid", "--format",
                             "json"))["lineages"]
     assert kid["parent"] == {"lineage": members[0], "generation": 2}
     lines = _log(monkeypatch, capsys, "--specs", specs, members[0], "--since", "2",
                  "--format", "jsonl").split("\n")[:-1]
-    assert [json.loads(line) for line in lines] == table[1:3]
+    assert [json.loads(line) for line in lines] == table[2:4]  # --since drops row 0
     text = _log(monkeypatch, capsys, "--specs", specs, members[0], "--deaths",
                 "--format", "csv")
     assert list(csv.DictReader(io.StringIO(text))) == []  # no death: the header alone

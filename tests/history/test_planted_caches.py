@@ -72,7 +72,7 @@ def _shown(env: dict[str, str]) -> None:
         assert shown.returncode == 0, (args, shown.stderr[-2000:])
         assert "internal error" not in shown.stderr.lower(), shown.stderr
     [lineage] = json.loads(_run(env, "log", "alpha", "--json").stdout)["lineages"]
-    assert [row["generation"] for row in lineage["rows"]] == [1, 2, 3, 4]
+    assert [row["generation"] for row in lineage["rows"]] == [0, 1, 2, 3, 4]  # 0: the seed
 
 
 @pytest.mark.parametrize("plant", [_zero, _sparse, _fifo], ids=["dev-zero", "sparse-4GiB", "fifo"])

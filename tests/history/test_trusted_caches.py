@@ -60,9 +60,9 @@ def test_a_forged_summary_is_not_shown(tmp_path: Path) -> None:
         assert "12.34" not in shown.stdout and "12.35" not in shown.stdout, (args, shown.stdout)
     exported = list(csv.DictReader(io.StringIO(run_ouro("export", "alpha", env=env).stdout)))
     assert [(row["status"], row["death_cause"], row["spend_usd"]) for row in exported] == [
-        ("changed", "", "0.01"), ("no-change", "", "0.01")]
+        ("seed", "", ""), ("changed", "", "0.01"), ("no-change", "", "0.01")]  # row 0 first
     [lineage] = json.loads(run_ouro("log", "alpha", "--json", env=env).stdout)["lineages"]
-    assert [row["status"] for row in lineage["rows"]] == ["changed", "no-change"]
+    assert [row["status"] for row in lineage["rows"]] == ["seed", "changed", "no-change"]
     assert (lineage["spend_usd"], lineage["death_kinds"]) == ("0.02", {})
 
 
@@ -101,7 +101,7 @@ def test_a_state_dir_from_before_the_mac_is_rebuilt_once(tmp_path: Path) -> None
     again = run_ouro("log", "alpha", "--json", env=env)
     assert again.returncode == 0, again.stderr
     [lineage] = json.loads(again.stdout)["lineages"]
-    assert [row["spend_usd"] for row in lineage["rows"]] == ["0.01", "0.01"]
+    assert [row["spend_usd"] for row in lineage["rows"]] == [None, "0.01", "0.01"]  # 0: seed
     rebuilt = cache.stat().st_ino
     assert rebuilt != before and (state / KEY_FILE).exists()  # rebuilt, sealed
     assert "mac" in json.loads(cache.read_bytes().split(b"\n", 1)[0])

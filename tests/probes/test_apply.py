@@ -50,16 +50,17 @@ def test_apply_measures_every_generation_and_plan_shows_the_work(
     with_probe(specs, "alpha", 3)  # a probe added afterwards: history is measured too
     planned = run_ouro("plan", str(specs), env=env)
     assert planned.returncode == 2, planned.stderr
-    assert "measure: 3 (generation, probe) pair(s) of 1 probe(s), at most 15 CPU seconds" \
+    # generations 1..3 and the seed (generation 0)
+    assert "measure: 4 (generation, probe) pair(s) of 1 probe(s), at most 20 CPU seconds" \
         in planned.stdout, planned.stdout
     applied = run_ouro("apply", "--yes", "--json", str(specs), env=env)
     assert applied.returncode == 0, applied.stderr
     lineage = report(applied)["lineages"][0]
-    assert (lineage["generations_run"], lineage["measured"], lineage["probe_failures"]) == (1, 3,
+    assert (lineage["generations_run"], lineage["measured"], lineage["probe_failures"]) == (1, 4,
                                                                                            0)
     assert_invariant(paths, 3)
     found = stored.records(paths)
-    assert [r.generation for r in found] == [1, 2, 3]
+    assert [r.generation for r in found] == [0, 1, 2, 3]
     assert all(r.record["metrics"]["loads"] is True for r in found)
     after = refs(paths)
     # the observation branch moved only by the new generation; the records have their own
@@ -82,13 +83,13 @@ def assert_history_columns(env: dict[str, str], sizes: list[int]) -> None:
     lines = run_ouro("export", "alpha", "--format", "jsonl", env=env).stdout.splitlines()
     assert [json.loads(line)["probe.size.bytes"] for line in lines] == sizes
     logged = json.loads(run_ouro("log", "alpha", "--json", env=env).stdout)
-    assert [row["probe.size.loads"] for row in logged["lineages"][0]["rows"]] == [True] * 3
+    assert [row["probe.size.loads"] for row in logged["lineages"][0]["rows"]] == [True] * 4
     text = run_ouro("log", "alpha", env=env).stdout
     assert "probe.size.bytes" in text.splitlines()[1], text
     shown = run_ouro("show", "alpha", "2", env=env).stdout
-    assert f"probe.size.bytes = {sizes[1]}, probe.size.loads = true" in shown, shown
+    assert f"probe.size.bytes = {sizes[2]}, probe.size.loads = true" in shown, shown
     document = json.loads(run_ouro("show", "alpha", "2", "--json", env=env).stdout)
-    assert document["probes"][0]["metrics"] == {"bytes": sizes[1], "loads": True}
+    assert document["probes"][0]["metrics"] == {"bytes": sizes[2], "loads": True}
 
 
 def test_a_probe_failure_is_recorded_never_the_lineages(specs: Path, env: dict[str, str],
@@ -98,7 +99,7 @@ def test_a_probe_failure_is_recorded_never_the_lineages(specs: Path, env: dict[s
     assert applied.returncode == 0, applied.stderr
     lineage = report(applied)["lineages"][0]
     assert lineage["outcomes"] == {"no-change": 2} and lineage["errors"] == []
-    assert (lineage["measured"], lineage["probe_failures"]) == (2, 2)
+    assert (lineage["measured"], lineage["probe_failures"]) == (3, 3)  # the seed's too
     paths = lineage_paths(tmp_path / "state", "beta")
     assert {r.record["failure"] for r in stored.records(paths)} == {"exit status 7"}
     assert run_ouro("plan", str(specs), env=env).returncode == 0  # measured: nothing to do

@@ -47,8 +47,8 @@ def test_the_originals_reader_validates_a_lineage_with_probe_records(
     assert applied.returncode == 0, applied.stdout + applied.stderr
     paths = lineage_paths(tmp_path / "state", "measured")
     found = stored.records(paths)
-    assert sorted((r.record["probe"], r.generation) for r in found) == [
-        ("broken", 1), ("broken", 2), ("broken", 3), ("size", 1), ("size", 2), ("size", 3)]
+    assert sorted((r.record["probe"], r.generation) for r in found) == [  # 0: the seed
+        (probe, n) for probe in ("broken", "size") for n in range(4)]
     assert {r.record["failure"] for r in found if r.record["probe"] == "broken"} == {
         "exit status 3"}
 
@@ -68,7 +68,7 @@ def test_the_originals_reader_validates_a_lineage_with_probe_records(
     assert _git("-C", str(paths.observations), "status", "--porcelain") == ""
     records = _git("-C", str(paths.observations), "log", "--format=%s",
                    f"probes/{paths.branch}").splitlines()
-    assert len(records) == 6 and all(line.startswith("probe ") for line in records)
+    assert len(records) == 8 and all(line.startswith("probe ") for line in records)  # + seed
     # ouro's own verify agrees, probe records included
     verified = run_ouro("verify", "--json", "--full", str(spec), env=env)
     assert verified.returncode == 0, verified.stdout

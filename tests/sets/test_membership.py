@@ -30,7 +30,8 @@ spec:
 
 def _generations(env: dict[str, str], name: str) -> int:
     logged = json.loads(run_ouro("log", name, "--json", env=env).stdout)
-    return len(logged["lineages"][0]["rows"])
+    return len([row for row in logged["lineages"][0]["rows"]
+                if row["generation"] > 0])  # row 0 is the seed, no generation
 
 
 def test_a_member_does_not_take_over_a_plain_lineage_of_its_name(

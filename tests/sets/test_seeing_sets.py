@@ -122,7 +122,7 @@ def test_log_takes_a_set_by_name(grown: tuple[Path, list[str]],
     found = json.loads(out)["lineages"]
     assert [item["name"] for item in found] == names
     assert [item["set"]["orphaned"] for item in found] == [False, True, True, True]
-    assert [len(item["rows"]) for item in found] == [2, 2, 2, 2]
+    assert [len(item["rows"]) for item in found] == [3, 3, 3, 3]  # row 0, the seed, first
     code, out, err = ouro(monkeypatch, capsys, "log", "sweep")  # no spec: says what to do
     assert code == 1 and "'sweep' looks like a set (4 lineages are named as its" in err
     assert "name its spec with --specs FILE" in err
@@ -139,16 +139,17 @@ def test_export_carries_set_and_matrix_columns(grown: tuple[Path, list[str]],
     assert header[-2:] == ["matrix.model", "matrix.ceilings.wall"]
     design = ["set", "cell", "replica", "orphaned", "parent_lineage", "parent_generation"]
     assert header[header.index("usage_exceeds_request") + 1:][:6] == design
-    assert [row["lineage"] for row in rows] == [name for name in names for _ in (1, 2)] + [
-        "alone"]
+    assert [row["lineage"] for row in rows] == [  # rows 0, 1, 2: the seed first
+        name for name in names for _ in (0, 1, 2)] + ["alone"] * 2
     first = rows[0]
     assert (first["set"], first["replica"], first["orphaned"], first["matrix.model"],
             first["matrix.ceilings.wall"]) == ("sweep", "0", "False",
                                                '{"name":"other","provider":"echo"}', "60s")
-    assert [row["orphaned"] for row in rows[::2]] == ["False", "True", "True", "True", ""]
-    assert rows[-2]["matrix.model"] == "" and rows[-2]["replica"] == "1"  # a lost value
+    assert [row["orphaned"] for row in rows[::3]] == ["False", "True", "True", "True", ""]
+    assert rows[-3]["matrix.model"] == "" and rows[-3]["replica"] == "1"  # a lost value
     assert all(rows[-1][column] == "" for column in [*design, *header[-2:]])  # not in a set
     assert rows[-1]["absolute_generation"] == rows[-1]["generation"] == "1"  # no fork
+    assert rows[-2]["absolute_generation"] == rows[-2]["generation"] == "0"  # its seed
     code, out, _ = ouro(monkeypatch, capsys, "export", "--format", "jsonl", "--specs", spec,
                         "sweep")
     first_line = json.loads(out.splitlines()[0])

@@ -1,5 +1,6 @@
 """The set page in Chromium: linked from the fleet page, one metric of every member
-overlaid (organism size, spend, survival, a probe's metric), each cell's mean and spread,
+overlaid (organism size, spend, survival, a probe's metric), each cell's n, mean and 95%
+CI (``reconciler.report.statistics``, as `ouro compare`) and the pairs of cells,
 orphans drawn and marked but left out of the mean (real lineages in docs/lineage-contract.md's
 formats written with pygit2, real probe records, a real `ouro view`)."""
 
@@ -63,8 +64,10 @@ def _grow(tmp_path: Path) -> tuple[dict[str, str], Path, list[list[str]]]:
 
 
 def _cells(driver: Any) -> list[list[str]]:
-    return [[td.text for td in row.find_elements("css selector", "td")[:5]]
-            for row in css(driver, "table.cells tr.cell")]
+    """Each cell's name, matrix, members, n and mean."""
+    return [[tds[0].text, tds[1].text, tds[2].text, tds[4].text, tds[5].text]
+            for row in css(driver, "table.cells tr.cell")
+            if (tds := row.find_elements("css selector", "td"))]
 
 
 def _choose(driver: Any, metric: str) -> None:
@@ -119,11 +122,14 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
             "size", "spend", "survival", "probe.score.ok", "probe.score.value"]
         _choose(browser, "survival")  # cell 0: 3/3 and 2/3 survived; cell 1: 3/3, 2/3
         cells = _cells(browser)
-        assert [row[2:] for row in cells] == [["2", "0.8333", "0.1667"]] * 2
+        assert [row[2:] for row in cells] == [["2", "2", "0.8333"]] * 2
         assert [row[1] for row in cells] == ['model={"provider":"echo"}',
                                              'model={"name":"other","provider":"echo"}']
         _choose(browser, "probe.score.value")  # the orphans' 1000 stays out of the mean
-        assert [row[2:] for row in _cells(browser)] == [["2", "2", "1"], ["2", "15", "5"]]
+        assert [row[2:] for row in _cells(browser)] == [["2", "2", "2"], ["2", "2", "15"]]
+        (pair,) = css(browser, "table.pairs tr.pair")
+        assert [td.text for td in pair.find_elements("css selector", "td")][2] == "-13"
+        assert "Survivor rule" in css(browser, "p.rule")[0].text
         assert wait_for(lambda: _loaded(browser))
         shot = tmp_path / "set-page.png"
         assert browser.save_screenshot(str(shot))
@@ -137,10 +143,10 @@ def test_the_set_page_overlays_members_with_each_cells_mean_and_spread(
         browser.get(src)
         ids = browser.execute_script(
             "return Array.from(document.querySelectorAll('g[id]')).map(g => g.id)"
-            ".filter(id => /^(member|cell-mean|cell-spread)-/.test(id))")
+            ".filter(id => /^(member|cell-mean|cell-ci)-/.test(id))")
         assert sorted(ids) == sorted([f"member-{i}" for i in range(6)]
                                      + ["cell-mean-0", "cell-mean-1",
-                                        "cell-spread-0", "cell-spread-1"])
+                                        "cell-ci-0", "cell-ci-1"])
         open_page(browser, viewer, "/set/trial?metric=probe.score.value")
         link = next(a for a in css(browser, "td.members a") if a.text == names[1][1])
         link.click()

@@ -1,12 +1,12 @@
 """Measure what is missing: every generation by every probe at its current digest.
 
 Rule: the work is what the records lack -- (digest, generation) pairs with no
-record -- read afresh when measuring starts, so a measuring killed midway resumes
-with exactly what is still missing, and no pair is measured twice (each pair is
-taken by one worker; records are written one commit each). A probe's own failure
-is a record; a sandbox that cannot start (no ceilings backend, bwrap missing) is
-an error of the apply, recorded nowhere, and stops the measuring. The caller holds
-the lineage's apply lock.
+record, the seed (generation 0) included -- read afresh when measuring starts, so a
+measuring killed midway resumes with exactly what is still missing, and no pair is
+measured twice (each pair is taken by one worker; records are written one commit
+each). A probe's own failure is a record; a sandbox that cannot start (no ceilings
+backend, bwrap missing) is an error of the apply, recorded nowhere, and stops the
+measuring. The caller holds the lineage's apply lock.
 """
 
 from __future__ import annotations
@@ -48,16 +48,22 @@ class Measured:
 
 def missing_work(paths: LineagePaths, probes: Sequence[ResolvedProbe],
                  only: int | None = None) -> list[Work]:
-    """The missing (probe, generation) pairs, newest generation first (``only``: that
-    generation alone)."""
+    """The missing (probe, generation) pairs, newest generation first, the seed
+    (generation 0) last (``only``: that generation alone, and the seed while it has no
+    record: a lineage's first measured generation measures its seed too)."""
     if not probes:
         return []
     commits = stored.generation_commits(paths)
+    seed = stored.seed_commit(paths)
     covered = stored.coverage(paths)
     numbers = [only] if only is not None and 0 < only <= len(commits) else (
-        [] if only is not None else range(len(commits), 0, -1))
-    return [Work(probe, number, commits[number - 1]) for number in numbers
+        [] if only is not None else list(range(len(commits), 0, -1)))
+    work = [Work(probe, number, commits[number - 1]) for number in numbers
             for probe in probes if number not in covered.get(probe.digest, frozenset())]
+    if seed is not None:
+        work += [Work(probe, 0, seed) for probe in probes
+                 if 0 not in covered.get(probe.digest, frozenset())]
+    return work
 
 
 class NotWritten(Exception):
