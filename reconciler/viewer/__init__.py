@@ -17,6 +17,7 @@ Plots are SVG drawn by matplotlib on the server and shown as ``<img>``: an
 image cannot run script, the browser needs no chart library, and nothing is
 fetched from a CDN (every asset is served by ouro from this package).
 
-Needs the ``view`` extra (starlette, uvicorn, jinja2, matplotlib); nothing
-outside this package and ``cli.view`` imports them.
+Needs the ``view`` extra (starlette, uvicorn, jinja2); nothing outside this
+package and ``cli.view`` imports them. matplotlib is ouro's own dependency (``ouro
+compare --plot`` draws with it too).
 """

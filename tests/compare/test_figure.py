@@ -68,7 +68,9 @@ def test_the_pdf_renders_with_pdftoppm_with_one_band_per_cell(grown: Grown,
     subprocess.run(["pdftoppm", "-png", "-r", "100", "-singlefile", str(pdf),
                     str(tmp_path / "page")], check=True, capture_output=True)
     counts = band_pixels(imread(tmp_path / "page.png"))
-    assert all(count > 1000 for count in counts.values()), counts
+    # each band in its own colour (none drawn: 0); how wide a band is depends on the
+    # replicas' random noise, so a narrow one (a few hundred pixels at 100 dpi) counts
+    assert all(count > 200 for count in counts.values()), counts
 
 
 def test_a_figure_format_is_its_suffix(grown: Grown) -> None:

@@ -20,7 +20,7 @@ def _generations(env: dict[str, str]) -> int:
     logged = run_ouro("log", "a", "--json", env=env)
     assert logged.returncode == 0, logged.stderr
     [lineage] = json.loads(logged.stdout)["lineages"]
-    return len(lineage["rows"])
+    return len([row for row in lineage["rows"] if row["generation"] > 0])  # row 0: the seed
 
 
 def test_deleting_every_spec_orphans_every_lineage(spec_repo: SpecRepo, state: Path,

@@ -102,7 +102,8 @@ def test_the_fleet_and_the_examples_probes_meet_no_refusal(tmp_path: Path) -> No
     assert any(str(_observation(lineage_paths(state, "scribe").observations, n)["outcome"])
                .startswith("changed") for n in range(1, 6))  # the scribe's replies were installed
     # the control: unshare(2) under the strict filter is a kill, so the probe fails
-    assert lineages["control"]["probe_failures"] == 1, lineages["control"]
+    # (its seed, generation 0, and its generation 1: both measured, both killed)
+    assert lineages["control"]["probe_failures"] == 2, lineages["control"]
     assert lineages["control"]["generations_run"] == 1
 
 

@@ -31,7 +31,7 @@ def _progress(driver: Any, name: str) -> str:
 
     try:
         return _cells(driver).get(name, ["", ""])[1]
-    except WebDriverException:
+    except (WebDriverException, IndexError):  # a row read while its page is replaced
         return ""
 
 

@@ -100,7 +100,8 @@ def _lineage_page(browser: Any, viewer: Viewer) -> None:
     assert [img.get_attribute("alt") for img in plots] == [
         "probe.shape.bytes", "probe.shape.defuns", "probe.shape.grown"]
     assert wait_for(lambda: _loaded(browser, plots))
-    assert [li.text for li in css(browser, "ul.probe-failures li")] == [
+    # each failure's first line (its stderr's end follows in a <pre>, when it wrote any)
+    assert [li.text.split("\n")[0] for li in css(browser, "ul.probe-failures li")] == [
         "gen 6: probe shape failed: exit status 1"]
     for column in ("probe.shape.defuns", "probe.shape.grown"):
         path = probe_plot_src(column, "counted")
