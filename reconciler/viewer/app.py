@@ -55,10 +55,12 @@ from reconciler.state.ran_with import BornUnder, born_under
 from reconciler.state.reproduction_record import Kept, load, record_dir
 from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
+from reconciler.state.table import LineageTable, lineage_table
 from reconciler.viewer import family, pages, raw, sets
 from reconciler.viewer.plots import (
     FLEET_PLOTS,
     PLOTS,
+    drawn_from,
     render_fleet_probe_svg,
     render_fleet_svg,
     render_probe_svg,
@@ -120,20 +122,25 @@ class Shown:
 @dataclass(frozen=True)
 class Known:
     """What the pages show of a lineage at one set of heads: its summary, the kernel it
-    was born under, why apply stops it (if it does), what its probes measured and the
-    ``spec.until`` condition that holds (as plan decides it; with a spec only)."""
+    was born under, why apply stops it (if it does), its rows of the per-generation table
+    (``reconciler.state.table``: what the plots draw, its probes' measurements among
+    them) and the ``spec.until`` condition that holds (as plan decides it; with a spec
+    only)."""
 
     summary: LineageSummary
     born: BornUnder | None
     stop: Stopped | None
-    probes: probe_records.ProbeTable = field(
-        default_factory=lambda: probe_records.ProbeTable({}, {}))
+    table: LineageTable
     until: UntilStop | None = None
     probe_head: str | None = None
     shown: Shown | None = None  # what it was read for (a changed spec reads it again)
     stop_stamp: tuple[int, int, int] | None = None  # the stop record it read (state.stops)
     fork: family.ForkOf | None = None  # a fork's parent and generation (None: no fork)
+    fleet: frozenset[str] = frozenset()  # the lineages shown then (a fork's ancestors)
 
+    @property
+    def probes(self) -> probe_records.ProbeTable:
+        return self.table.probes
 
 
 def _until(shown: Shown, summary: LineageSummary) -> UntilStop | None:
@@ -182,39 +189,33 @@ class FleetSource:
         return None if holder is None else holder.running(summary.generations + 1)
 
     def known(self, name: str, shown: Shown) -> Known:
-        """The lineage's summary, kernel, stops and probes; kept in memory while its heads
-        (and its probe records' branch and its stop record) stay."""
+        """The lineage's summary, kernel, stops and table; kept in memory while its heads
+        (and its probe records' branch, its stop record and the lineages shown, where a
+        fork's ancestors are) stay."""
         now, stamp = heads(shown.paths), stop_stamp(shown.paths.git_dir)
         probe_head = probe_records.head(shown.paths)
+        fleet = self._known if self._known is not None else self.lineages()
+        names = frozenset(fleet)
         with self._lock:
             kept = self._known_at.get(name)
         if kept is not None and (kept.summary.lineage_head, kept.summary.observation_head,
-                                 kept.probe_head, kept.shown, kept.stop_stamp) == (
-                                     *now, probe_head, shown, stamp):
+                                 kept.probe_head, kept.shown, kept.stop_stamp, kept.fleet) == (
+                                     *now, probe_head, shown, stamp, names):
             return kept
         summary = summarize(shown.paths, self.cache_dir)
+
+        def places(parent: str) -> LineagePaths | None:
+            found = fleet.get(parent)
+            return None if found is None else found.paths
+
+        table = lineage_table(name, shown.paths, summary, member=shown.member, places=places)
         fresh = Known(summary, born_under(shown.paths),
-                      lineage_stop(shown.paths, summary, shown.model),
-                      probe_records.table(shown.paths), _until(shown, summary), probe_head,
-                      shown, stamp, family.fork_of(shown.paths))
+                      lineage_stop(shown.paths, summary, shown.model), table,
+                      _until(shown, summary), probe_head, shown, stamp,
+                      family.fork_of(shown.paths), names)
         with self._lock:
             self._known_at[name] = fresh
         return fresh
-
-    def offset(self, name: str, shown: Shown) -> int:
-        """Where its generations sit on the plots' x axis (absolute generations): a fork's
-        after the generation it forked from, itself counted from its parent's first
-        ancestor the viewer shows (a parent not shown counts from its own first)."""
-        total, seen = 0, {name}
-        fork = self.known(name, shown).fork
-        while fork is not None:
-            total += fork.generation
-            found = self.lineages().get(fork.parent)
-            if found is None or fork.parent in seen:
-                break
-            seen.add(fork.parent)
-            fork = self.known(fork.parent, found).fork
-        return total
 
     def reproduction(self, name: str, shown: Shown) -> Kept | None:
         """The verdict `ouro reproduce` kept of this lineage (in the state dir), if any."""
@@ -330,8 +331,7 @@ def _set_view(source: FleetSource, set_name: str, metric_name: str
     if metric is None:
         return None
     members = [sets.MemberView(name, pages.lineage_href(name), member,
-                               sets.member_values(metric.name, known.summary.rows,
-                                                  known.probes.values.get(metric.name, {})),
+                               sets.member_values(metric.name, known.table.rows),
                                known.summary.generations)
                for name, _shown, known, member in found if member is not None]
     return metric, sets.cells_of(members), columns
@@ -400,7 +400,7 @@ def _plot_image(source: FleetSource, request: Request) -> Response:
     plot = PLOTS.get(str(request.path_params["metric"]))
     if shown is None or plot is None:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_svg(plot, source.summary(name, shown).rows, source.offset(name, shown)))
+    return _svg(render_svg(plot, source.known(name, shown).table))
 
 
 def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
@@ -408,10 +408,8 @@ def _fleet_plot_image(source: FleetSource, request: Request) -> Response:
     if metric not in FLEET_PLOTS:
         return PlainTextResponse("404: no such plot\n", status_code=404)
     shown = source.lineages()
-    return _svg(render_fleet_svg(PLOTS[metric], [(name, source.summary(name, found).rows)
-                                                 for name, found in shown.items()],
-                                 {name: source.offset(name, found)
-                                  for name, found in shown.items()}))
+    return _svg(render_fleet_svg(PLOTS[metric], [source.known(name, found).table
+                                                 for name, found in shown.items()]))
 
 
 def _probe_plot_image(source: FleetSource, request: Request) -> Response:
@@ -422,25 +420,19 @@ def _probe_plot_image(source: FleetSource, request: Request) -> Response:
     known = source.known(name, shown) if shown is not None else None
     if shown is None or known is None or column not in known.probes.values:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    probe = known.probes.probe_of.get(column, "")
-    return _svg(render_probe_svg(column, known.summary.rows, known.probes.values[column],
-                                 known.probes.failures.get(probe, {}),
-                                 source.offset(name, shown)))
+    return _svg(render_probe_svg(column, known.table))
 
 
 def _fleet_probe_plot_image(source: FleetSource, request: Request) -> Response:
     """``/fleet-probe-plot.svg?metric=probe.<name>.<metric>``: one probe metric, a line
     per lineage that measured it."""
     column = request.query_params.get("metric", "")
-    lines, offsets = [], {}
-    for name, shown in source.lineages().items():
-        known = source.known(name, shown)
-        if column in known.probes.values:
-            lines.append((name, known.summary.generations, known.probes.values[column]))
-            offsets[name] = source.offset(name, shown)
+    lines = [known.table for known in (source.known(name, shown)
+                                       for name, shown in source.lineages().items())
+             if column in known.probes.values]
     if not lines:
         return PlainTextResponse("404: no such plot\n", status_code=404)
-    return _svg(render_fleet_probe_svg(column, lines, offsets))
+    return _svg(render_fleet_probe_svg(column, lines))
 
 
 def _plot_routes(source: FleetSource) -> list[Route]:
@@ -459,7 +451,8 @@ def _lineage_context(source: FleetSource, name: str, shown: Shown) -> dict[str, 
                                  desired=shown.desired,
                                  running=source.running(shown, known.summary),
                                  probes=known.probes, until=known.until, fork=known.fork,
-                                 suspended=shown.suspended, offset=source.offset(name, shown),
+                                 suspended=shown.suspended,
+                                 offset=drawn_from(known.table.descent),
                                  reproduction=reproduction_view(source.reproduction(name, shown)))
 
 

@@ -1,22 +1,29 @@
 """Plots over generations, drawn server-side by matplotlib as SVG (no hand-made geometry).
 
-Each plot is one metric of ``GenerationRow`` against the generation number; an
+Rule: a plot renders rows of the one per-generation table (``reconciler.state.table``,
+the rows `ouro export` and `ouro compare` render), reading each column by its name
+(``TableRow.value``); nothing here reads a lineage's records. Row 0 (the seed) is not
+drawn: the x axis starts at a lineage's first generation.
+
+Each plot is one column (or two, as tokens in and out) against the generation number; an
 unknown value is a gap, never a zero (a cumulative plot adds the known values and
 keeps its total across a gap). Deaths and model failures are marked (vertical lines
 whose SVG groups are ``death-N`` and ``model-failure-N``). The fleet's plots draw one
 line per lineage (``render_fleet_svg``). A probe's metric is plotted the same way
 (``render_probe_svg``: its booleans as 0 and 1, strings not at all), with that
-probe's failures marked too (``probe-failure-N``), and overlaid across the fleet
-(``render_fleet_probe_svg``). The SVG holds only numbers, fixed labels, lineage
-names and probe metric names (drawn as glyph outlines, not text): no organism
-text is drawn. An
-absurd value (beyond ``PLOT_MAX``, or too large for a float) is drawn at the bound,
-marked with a red x and counted in a note (a forged 10**4000 tokens was a 500).
+probe's failures marked too (``probe-failure-N``, the table's ``probe_failure.<name>``),
+and overlaid across the fleet (``render_fleet_probe_svg``). The SVG holds only numbers,
+fixed labels, lineage names and probe metric names (drawn as glyph outlines, not text):
+no organism text is drawn. An absurd value (beyond ``PLOT_MAX``, or too large for a
+float) is drawn at the bound, marked with a red x and counted in a note (a forged
+10**4000 tokens was a 500).
 
-The x axis is the absolute generation: a fork's generation N is drawn at its parent's
-generation G + N (``offset``: G, the generation it forked from), so a fork lines up with
-its parent in the fleet's plots. The y axis starts at 0 when every value drawn is
-non-negative (a flat zero is not drawn around a negative axis).
+The x axis is the absolute generation, the table's ``absolute_generation``: a fork's
+generation N is drawn at its parent's generation G + N, so a fork lines up with its
+parent in the fleet's plots; when an ancestor is not shown (the table's absolute
+generation is unknown) it is drawn from the generation its parent recorded
+(``drawn_from``). The y axis starts at 0 when every value drawn is non-negative (a
+flat zero is not drawn around a negative axis).
 """
 
 from __future__ import annotations
@@ -24,25 +31,60 @@ from __future__ import annotations
 import io
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from reconciler.state.summaries import GenerationRow
+from reconciler.state.table import FAILURE_PREFIX, Descent, LineageTable, TableRow
 
-__all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "render_fleet_probe_svg", "render_fleet_svg",
-           "render_probe_svg", "render_svg"]
+__all__ = ["FLEET_PLOTS", "PLOTS", "Plot", "drawn_from", "lived", "render_fleet_probe_svg",
+           "render_fleet_svg", "render_probe_svg", "render_svg"]
 
 _LOCK = threading.Lock()  # matplotlib's font and text caches are shared: one figure at a time
 PLOT_MAX = 1e12  # beyond this a value is absurd in every plot (tokens, USD, seconds, MiB)
 
-
-def _spend(row: GenerationRow) -> float | None:
-    return float(row.spend_usd) if row.spend_usd is not None else None
+Pick = Callable[[TableRow], float | int | None]
 
 
-def _mib(value: int | None) -> float | None:
-    return value / (1 << 20) if value is not None else None
+def drawn_from(descent: Descent) -> int:
+    """Where a lineage's generation 0 sits on the x axis: its seed's absolute generation,
+    or (an ancestor not shown) the parent's generation it was born from."""
+    if descent.seed_generation is not None:
+        return descent.seed_generation
+    return descent.parent_generation or 0
+
+
+def _x(row: TableRow) -> int:
+    return drawn_from(row.descent) + row.generation
+
+
+def lived(rows: Sequence[TableRow]) -> list[TableRow]:
+    """The rows of generations that ran (row 0, the seed, left out)."""
+    return [row for row in rows if row.generation >= 1]
+
+
+def _number(column: str) -> Pick:
+    def pick(row: TableRow) -> float | int | None:
+        value = row.value(column)
+        return value if isinstance(value, int | float) and not isinstance(value, bool) \
+            else None
+    return pick
+
+
+def _spend(row: TableRow) -> float | None:
+    text = row.value("spend_usd")
+    try:
+        return float(Decimal(text)) if isinstance(text, str) else None
+    except (InvalidOperation, ValueError, OverflowError):
+        return None
+
+
+def _scaled(column: str, unit: int) -> Pick:
+    def pick(row: TableRow) -> float | None:
+        value = _number(column)(row)
+        return value / unit if value is not None else None
+    return pick
 
 
 @dataclass(frozen=True)
@@ -50,7 +92,7 @@ class Plot:
     name: str
     title: str
     unit: str
-    series: tuple[tuple[str, Callable[[GenerationRow], float | int | None]], ...]
+    series: tuple[tuple[str, Pick], ...]
     cumulative: bool = False  # each point is the total up to that generation
 
 
@@ -59,13 +101,11 @@ PLOTS: dict[str, Plot] = {plot.name: plot for plot in (
     Plot("cumulative-spend", "cumulative model spend", "USD", (("spend", _spend),),
          cumulative=True),
     Plot("tokens", "tokens per generation", "tokens",
-         (("in", lambda row: row.tokens_in), ("out", lambda row: row.tokens_out))),
-    Plot("cpu", "CPU time per generation", "seconds", (("cpu", lambda row: row.cpu_seconds),)),
+         (("in", _number("tokens_in")), ("out", _number("tokens_out")))),
+    Plot("cpu", "CPU time per generation", "seconds", (("cpu", _number("cpu_seconds")),)),
     Plot("memory", "peak memory per generation", "MiB",
-         (("peak", lambda row: _mib(row.memory_peak_bytes)),)),
-    Plot("size", "organism size", "KiB",
-         (("organism.el", lambda row: row.organism_bytes / 1024
-           if row.organism_bytes is not None else None),)),
+         (("peak", _scaled("memory_peak_bytes", 1 << 20)),)),
+    Plot("size", "organism size", "KiB", (("organism.el", _scaled("organism_bytes", 1024)),)),
 )}
 # The fleet page's plots: one line per lineage (the plot's first series).
 FLEET_PLOTS: tuple[str, ...] = ("cumulative-spend", "size", "cpu")
@@ -86,15 +126,7 @@ def _clamped(value: float | int | None) -> tuple[float, bool]:
     return number, False
 
 
-def _values(rows: Sequence[GenerationRow],
-            pick: Callable[[GenerationRow], float | int | None],
-            cumulative: bool = False) -> list[float]:
-    """The series' values, absurd ones clamped (``_series``)."""
-    return _series(rows, pick, cumulative)[0]
-
-
-def _series(rows: Sequence[GenerationRow],
-            pick: Callable[[GenerationRow], float | int | None],
+def _series(rows: Sequence[TableRow], pick: Pick,
             cumulative: bool = False) -> tuple[list[float], list[int]]:
     """The series' values (absurd ones clamped), and the indexes of those clamped."""
     values: list[float] = []
@@ -162,10 +194,10 @@ def _finish(figure: Any, axes: Any, plot: Plot, width: int, legend: bool,
     return out.getvalue()
 
 
-def _marks(axes: Any, rows: Sequence[GenerationRow], offset: int = 0) -> bool:
+def _marks(axes: Any, rows: Sequence[TableRow]) -> bool:
     """Deaths and model failures as vertical lines; whether there was any."""
-    deaths = [offset + row.generation for row in rows if row.status == "died"]
-    failures = [offset + row.generation for row in rows if row.model_failure is not None]
+    deaths = [_x(row) for row in rows if row.value("status") == "died"]
+    failures = [_x(row) for row in rows if row.value("model_failure") is not None]
     for index, number in enumerate(deaths):
         axes.axvline(number, color="#c0392b", alpha=0.35, linewidth=0.8,
                      label="death" if index == 0 else None, gid=f"death-{number}")
@@ -181,12 +213,17 @@ def _no_data(axes: Any) -> None:
               ha="center", va="center", color="#777777")
 
 
-def render_svg(plot: Plot, rows: Sequence[GenerationRow], offset: int = 0) -> bytes:
-    """One plot as an SVG document (a 'no data' plot when nothing is known); ``offset``:
-    a fork's parent generation (the module rule)."""
+def _start(rows: Sequence[TableRow]) -> int:
+    """The x axis's generation before the first drawn (the lineage's generation 0)."""
+    return drawn_from(rows[0].descent) if rows else 0
+
+
+def render_svg(plot: Plot, table: LineageTable) -> bytes:
+    """One plot of a lineage as an SVG document (a 'no data' plot when nothing is known)."""
+    rows = lived(table.rows)
     with _LOCK:
         figure, axes = _figure()
-        numbers = [offset + row.generation for row in rows]
+        numbers = [_x(row) for row in rows]
         known, absurd = False, 0
         for label, pick in plot.series:
             values, clamped = _series(rows, pick, plot.cumulative)
@@ -196,46 +233,48 @@ def render_svg(plot: Plot, rows: Sequence[GenerationRow], offset: int = 0) -> by
                           marker="." if len(rows) <= 60 else None)
             absurd += _flag(axes, numbers, values, clamped)
         _absurd_note(axes, absurd)
-        marked = _marks(axes, rows, offset)
+        marked = _marks(axes, rows)
         if not known:
             _no_data(axes)
-        return _finish(figure, axes, plot, len(rows), len(plot.series) > 1 or marked, offset)
+        return _finish(figure, axes, plot, len(rows), len(plot.series) > 1 or marked,
+                       drawn_from(table.descent))
 
 
-def _span(lineages: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    """The first generation before the x axis, and its width, for (offset, count) pairs."""
-    start = min((offset for offset, _count in lineages), default=0)
-    end = max((offset + count for offset, count in lineages), default=0)
-    return start, end - start
+def _span(lineages: Sequence[LineageTable]) -> tuple[int, int]:
+    """The first generation before the x axis, and its width, for the lineages drawn."""
+    firsts = [drawn_from(lineage.descent) for lineage in lineages]
+    ends = [first + len(lived(lineage.rows)) for first, lineage in zip(firsts, lineages,
+                                                                      strict=True)]
+    start = min(firsts, default=0)
+    return start, max(ends, default=0) - start
 
 
-def render_fleet_svg(plot: Plot, lineages: Sequence[tuple[str, Sequence[GenerationRow]]],
-                     offsets: Mapping[str, int] | None = None) -> bytes:
+def render_fleet_svg(plot: Plot, lineages: Sequence[LineageTable]) -> bytes:
     """One plot across the fleet: a line per lineage (its name in the legend), a fork's
-    from its parent's generation (``offsets``: name -> the generation it forked from)."""
-    _label, pick = plot.series[0]
-    shift = offsets or {}
+    from its parent's generation (the module rule)."""
+    pick = plot.series[0][1]
     with _LOCK:
         figure, axes = _figure()
         known, absurd = False, 0
-        for index, (name, rows) in enumerate(lineages):
+        for index, lineage in enumerate(lineages):
+            rows = lived(lineage.rows)
             values, clamped = _series(rows, pick, plot.cumulative)
-            numbers = [shift.get(name, 0) + row.generation for row in rows]
+            numbers = [_x(row) for row in rows]
             absurd += _flag(axes, numbers, values, clamped)
             if any(not math.isnan(value) for value in values):
                 known = True
                 # a name is drawn as glyph outlines; "$" would start matplotlib's mathtext
-                axes.plot(numbers, values, label=name.replace("$", r"\$"),
+                axes.plot(numbers, values, label=_label(lineage.name),
                           linewidth=1.2, marker="." if len(rows) <= 60 else None,
                           gid=f"lineage-{index}")
         _absurd_note(axes, absurd)
         if not known:
             _no_data(axes)
-        start, width = _span([(shift.get(name, 0), len(rows)) for name, rows in lineages])
+        start, width = _span(lineages)
         return _finish(figure, axes, plot, width, known, start)
 
 
-def _number(value: Any) -> float | int | None:
+def _probe_number(value: Any) -> float | int | None:
     """A probe metric as plotted: a boolean as 0 or 1, a string (or anything else) not."""
     if isinstance(value, bool):
         return int(value)
@@ -247,71 +286,58 @@ def _label(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _probe_series(numbers: Sequence[int], values: Mapping[int, Any]
-                  ) -> tuple[list[float], list[int]]:
-    """The metric's value at each generation of ``numbers`` (a gap: NaN), clamped."""
-    found: list[float] = []
-    clamped: list[int] = []
-    for index, number in enumerate(numbers):
-        value, cut = _clamped(_number(values.get(number)))
-        found.append(value)
-        if cut:
-            clamped.append(index)
-    return found, clamped
-
-
-def _probe_failures(axes: Any, failures: Mapping[int, str]) -> bool:
-    """The probe's failures as dotted vertical lines; whether there was any."""
-    for index, number in enumerate(sorted(failures)):
+def _probe_failures(axes: Any, rows: Sequence[TableRow], probe: str | None) -> bool:
+    """The probe's failures (the table's ``probe_failure.<name>``) as dotted vertical
+    lines; whether there was any."""
+    failed = [] if probe is None else [
+        _x(row) for row in rows if row.value(FAILURE_PREFIX + probe) is not None]
+    for index, number in enumerate(failed):
         axes.axvline(number, color="#d35400", alpha=0.8, linewidth=1.0, linestyle=":",
                      label="probe failure" if index == 0 else None,
                      gid=f"probe-failure-{number}")
-    return bool(failures)
+    return bool(failed)
 
 
-def render_probe_svg(column: str, rows: Sequence[GenerationRow], values: Mapping[int, Any],
-                     failures: Mapping[int, str], offset: int = 0) -> bytes:
+def render_probe_svg(column: str, table: LineageTable) -> bytes:
     """One probe metric (``probe.<name>.<metric>``) over the lineage's generations, its
-    deaths, model failures and the probe's failures marked (``offset``: as render_svg's)."""
+    deaths, model failures and the probe's failures marked."""
     plot = Plot(column, _label(column), "value", ())
+    rows = lived(table.rows)
     with _LOCK:
         figure, axes = _figure()
-        series, clamped = _probe_series([row.generation for row in rows], values)
-        numbers = [offset + row.generation for row in rows]
+        series, clamped = _series(rows, lambda row: _probe_number(row.value(column)))
+        numbers = [_x(row) for row in rows]
         known = any(not math.isnan(value) for value in series)
         if known:
             axes.plot(numbers, series, label=_label(column.split(".", 2)[-1]), linewidth=1.2,
                       marker="." if len(rows) <= 60 else None, gid="probe-metric")
         _absurd_note(axes, _flag(axes, numbers, series, clamped))
-        marked = _marks(axes, rows, offset)
-        failed = _probe_failures(axes, {offset + number: why
-                                        for number, why in failures.items()})
+        marked = _marks(axes, rows)
+        failed = _probe_failures(axes, rows, table.probes.probe_of.get(column))
         if not known:
             _no_data(axes)
-        return _finish(figure, axes, plot, len(rows), marked or failed, offset)
+        return _finish(figure, axes, plot, len(rows), marked or failed,
+                       drawn_from(table.descent))
 
 
-def render_fleet_probe_svg(column: str,
-                           lineages: Sequence[tuple[str, int, Mapping[int, Any]]],
-                           offsets: Mapping[str, int] | None = None) -> bytes:
-    """One probe metric across the fleet: a line per lineage (name, generations, values),
-    a fork's from its parent's generation (``offsets``, as render_fleet_svg's)."""
+def render_fleet_probe_svg(column: str, lineages: Sequence[LineageTable]) -> bytes:
+    """One probe metric across the fleet: a line per lineage, a fork's from its parent's
+    generation (as render_fleet_svg's)."""
     plot = Plot(column, _label(f"{column}, by lineage"), "value", ())
-    shift = offsets or {}
     with _LOCK:
         figure, axes = _figure()
         known, absurd = False, 0
-        for index, (name, generations, values) in enumerate(lineages):
-            series, clamped = _probe_series(list(range(1, generations + 1)), values)
-            numbers = [shift.get(name, 0) + number for number in range(1, generations + 1)]
+        for index, lineage in enumerate(lineages):
+            rows = lived(lineage.rows)
+            series, clamped = _series(rows, lambda row: _probe_number(row.value(column)))
+            numbers = [_x(row) for row in rows]
             absurd += _flag(axes, numbers, series, clamped)
             if any(not math.isnan(value) for value in series):
                 known = True
-                axes.plot(numbers, series, label=_label(name), linewidth=1.2,
-                          marker="." if generations <= 60 else None, gid=f"lineage-{index}")
+                axes.plot(numbers, series, label=_label(lineage.name), linewidth=1.2,
+                          marker="." if len(rows) <= 60 else None, gid=f"lineage-{index}")
         _absurd_note(axes, absurd)
         if not known:
             _no_data(axes)
-        start, width = _span([(shift.get(name, 0), generations)
-                              for name, generations, _values in lineages])
+        start, width = _span(lineages)
         return _finish(figure, axes, plot, width, known, start)

@@ -29,7 +29,7 @@ from reconciler.report.sets import matrix_value
 from reconciler.report.statistics import Comparison, MemberSeries, compare_at, series
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
-from reconciler.state.summaries import GenerationRow
+from reconciler.state.table import TableRow
 from reconciler.viewer import plots
 
 __all__ = ["METRICS", "CellView", "MemberView", "SetMetric", "cells_of", "member_values",
@@ -79,36 +79,40 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _fixed(metric: str) -> Callable[[Sequence[GenerationRow]], dict[int, float]]:
-    def size(rows: Sequence[GenerationRow]) -> dict[int, float]:
-        return {row.generation: row.organism_bytes / 1024 for row in rows
-                if row.organism_bytes is not None}
+def _fixed(metric: str) -> Callable[[Sequence[TableRow]], dict[int, float]]:
+    def size(rows: Sequence[TableRow]) -> dict[int, float]:
+        found = {}
+        for row in rows:
+            value = plots.PLOTS["size"].series[0][1](row)
+            if value is not None:
+                found[row.generation] = float(value)
+        return found
 
-    def spend(rows: Sequence[GenerationRow]) -> dict[int, float]:
+    def spend(rows: Sequence[TableRow]) -> dict[int, float]:
         values, _clamped = plots._series(rows, plots._spend, cumulative=True)
         return {row.generation: value for row, value in zip(rows, values, strict=True)
                 if not math.isnan(value)}
 
-    def survival(rows: Sequence[GenerationRow]) -> dict[int, float]:
+    def survival(rows: Sequence[TableRow]) -> dict[int, float]:
         found, survived = {}, 0
         for count, row in enumerate(rows, start=1):
-            survived += row.status != "died"
+            survived += row.value("status") != "died"
             found[row.generation] = survived / count
         return found
     return {"size": size, "spend": spend, "survival": survival}[metric]
 
 
-def member_values(metric: str, rows: Sequence[GenerationRow],
-                  probe_values: Mapping[int, Any]) -> dict[int, float]:
-    """generation -> the member's value of ``metric`` (a gap: absent); ``probe_values``:
-    a probe metric's values by generation (``state.probes.ProbeTable.values[metric]``)."""
+def member_values(metric: str, rows: Sequence[TableRow]) -> dict[int, float]:
+    """generation -> the member's value of ``metric`` (a gap: absent), from its rows of
+    the per-generation table (``reconciler.state.table``): a fixed metric from generation
+    1, a probe's from what it measured, the seed (row 0) included."""
     if metric in METRICS:
-        return _fixed(metric)(rows)
+        return _fixed(metric)(plots.lived(rows))
     found = {}
-    for number, value in probe_values.items():
-        number_value = _number(value)
+    for row in rows:
+        number_value = _number(row.value(metric))
         if number_value is not None:
-            found[number] = number_value
+            found[row.generation] = number_value
     return found
 
 

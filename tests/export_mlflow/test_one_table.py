@@ -140,3 +140,23 @@ def test_mlflow_holds_the_hand_written_table(
 def test_identity_is_the_builders() -> None:
     """The kernel tag expected above is the builder's identity (a guard for this file)."""
     assert TEST_IDENTITY.fingerprint == "f" * 64
+
+
+def test_the_viewer_draws_the_hand_written_table(
+        grown: tuple[Path, list[dict[str, Any]], list[str], str]) -> None:
+    """The viewer's plots render the same table: each lineage's rows as the viewer reads
+    them are the hand-written table's, and a plot's series is that table's column."""
+    from reconciler.viewer import plots
+    from reconciler.viewer.server import make_source
+
+    specs, table, members, _cell = grown
+    source = make_source([specs], None)
+    columns = list(table[0])
+    for name, shown in source.lineages().items():
+        rows = source.known(name, shown).table.rows
+        assert [row.as_dict(columns) for row in rows] == [
+            row for row in table if row["lineage"] == name], name
+        size = [plots.PLOTS["size"].series[0][1](row) for row in plots.lived(rows)]
+        assert size == [None if row["organism_bytes"] is None else row["organism_bytes"] / 1024
+                        for row in table if row["lineage"] == name and row["generation"]]
+    assert sorted(source.lineages()) == sorted([*members, "kid", "grandkid"])

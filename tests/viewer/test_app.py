@@ -175,21 +175,25 @@ def test_cumulative_spend_adds_the_known_spends(tmp_path: Path) -> None:
     import math
 
     from reconciler.state.summaries import summarize
-    from reconciler.viewer.plots import PLOTS, _values
+    from reconciler.state.table import TableRow, lineage_table
+    from reconciler.viewer.plots import PLOTS, Pick, _series, lived
+
+    def _values(rows: list[TableRow], pick: Pick, cumulative: bool = False) -> list[float]:
+        return _series(rows, pick, cumulative)[0]
 
     grown = LineageBuilder(tmp_path, "spender")
     for usd in ("0.02", None, "0.03"):  # the second made no call: it spent 0
         calls = [] if usd is None else [{"http_status": 200, "accounted_usd": usd,
                                           "usage": {"input_tokens": 5, "output_tokens": 7}}]
         grown.gen("changed", calls=calls)
-    rows = summarize(grown.paths).rows
+    rows = lived(lineage_table("spender", grown.paths, summarize(grown.paths)).rows)
     cumulative = PLOTS["cumulative-spend"]
     assert _values(rows, cumulative.series[0][1], cumulative.cumulative) == pytest.approx(
         [0.02, 0.02, 0.05])
     assert _values(rows, PLOTS["spend"].series[0][1]) == pytest.approx([0.02, 0.0, 0.03])
     # an unknown spend is a gap, and the total goes on after it
-    gap = _values(rows, lambda row: None if row.generation == 2 else float(row.spend_usd),
-                  cumulative=True)
+    gap = _values(rows, lambda row: None if row.generation == 2
+                  else float(row.value("spend_usd")), cumulative=True)
     assert gap[0] == pytest.approx(0.02) and math.isnan(gap[1])
     assert gap[2] == pytest.approx(0.05)
 
