@@ -42,6 +42,7 @@ from reconciler.state.branches import spec_paths
 from reconciler.state.forks import (
     FORK_KEY,
     ForkSource,
+    birth_marker,
     fork_journal,
     fork_record,
     read_source,
@@ -124,14 +125,20 @@ def _places(paths: LineagePaths) -> tuple[Path, Path, Path]:
             Path(os.path.abspath(paths.observations)))
 
 
+def _make_folders(folders: list[Path], created: list[Path]) -> None:
+    """Each of ``folders`` (outermost first) made when missing; what this made, noted."""
+    for folder in folders:
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to remove
+        created.append(folder)
+
+
 def _make_places(places: tuple[Path, ...], created: list[Path]) -> None:
     for place in places:
-        for ancestor in reversed([p for p in place.parents if not os.path.lexists(p)]):
-            try:
-                ancestor.mkdir()
-            except FileExistsError:
-                continue  # made by someone else meanwhile: not ours to remove
-            created.append(ancestor)
+        _make_folders(list(reversed([p for p in place.parents if not os.path.lexists(p)])),
+                      created)
         place.mkdir()  # FileExistsError if another birth got here first
         created.append(place)
 
@@ -149,20 +156,46 @@ def birth_fork(paths: LineagePaths, spec: LoadedSpec, identity: Identity) -> dic
                          f"of {fork.lineage}: {source.detail}; nothing was created")
     record = fork_record(source, fork.kernel, identity.fingerprint)
     places = _places(paths)
+    marker = birth_marker(paths.git_dir)
+    if os.path.lexists(marker):  # a birth of it was cut off (killed): its leftovers go
+        _remove(list(places), places)
+        marker.unlink()
     if any(os.path.lexists(place) for place in places):
         raise ApplyError(f"ouro: lineage {spec.name}: a place of it exists already; a fork is "
                          "born in three new paths")
     created: list[Path] = []
     try:
+        _make_folders([*reversed([p for p in marker.parents if not os.path.lexists(p)])],
+                      created)
+        _begin(marker)
         _make_places(places, created)
         _write(paths, places, parent_paths, source, record, identity)
     except BaseException as error:
         _remove(created, places)
+        with contextlib.suppress(FileNotFoundError):
+            marker.unlink()
         if isinstance(error, OSError | pygit2.GitError | ValueError):
             raise ApplyError(f"ouro: lineage {spec.name}: forking from {fork.lineage} failed "
                              f"({error}); nothing was kept") from error
         raise
+    marker.unlink()  # born whole: from here it is a lineage like any other
     return record
+
+
+def _begin(marker: Path) -> None:
+    """The birth's marker, on disk (its folder synced) before any place of it is made."""
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, b"a fork's birth began here; see docs/forks.md\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    folder = os.open(marker.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _write(paths: LineagePaths, places: tuple[Path, Path, Path], parent_paths: LineagePaths,

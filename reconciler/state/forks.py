@@ -23,20 +23,25 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import pygit2
 
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import JOURNAL_FILE, METADATA_FILE, LineagePaths
+from reconciler.state.holders import held_by
 
 __all__ = [
+    "BIRTH_SUFFIX",
     "FORK_KEY",
     "FORK_SCHEMA",
     "Ancestry",
     "ForkProblem",
     "ForkSource",
     "ancestry_record",
+    "birth_cut_off",
+    "birth_marker",
     "check_ancestry",
     "fork_journal",
     "fork_record",
@@ -48,6 +53,9 @@ __all__ = [
 ]
 
 FORK_KEY = "ouro_fork"  # in both metadata files and generation 1's ran_with
+# Beside a fork's git dir while it is born: a fork found with it (and no apply holding
+# the lineage) is a birth cut off midway, its places its leftovers (``birth_marker``).
+BIRTH_SUFFIX = ".ouro-birth"
 FORK_SCHEMA = "ouro-fork/v1"
 ForkProblem = Literal["fork-unreadable", "fork-no-generation", "fork-death"]
 _BARE = pygit2.enums.RepositoryOpenFlag.NO_SEARCH | pygit2.enums.RepositoryOpenFlag.BARE
@@ -81,6 +89,19 @@ class ForkSource:
         return {"commit": meta.get("instrument_commit"),
                 "fingerprint": meta.get("instrument_fingerprint"),
                 "repository": meta.get("instrument_repository")}
+
+
+def birth_marker(git_dir: str | os.PathLike[str]) -> Path:
+    """The file that says a fork's birth began at ``git_dir`` and has not ended: written
+    before the fork's first place is made, removed once all three are whole."""
+    where = Path(os.path.abspath(git_dir))
+    return where.with_name(where.name + BIRTH_SUFFIX)
+
+
+def birth_cut_off(paths: LineagePaths) -> bool:
+    """A fork's birth at ``paths`` began and never ended (killed midway), and no apply
+    holds the lineage now: what its places hold is the birth's leftovers, made again."""
+    return os.path.lexists(birth_marker(paths.git_dir)) and held_by(paths.git_dir) is None
 
 
 def _subject(commit: pygit2.Commit) -> str:

@@ -46,6 +46,7 @@ from reconciler.state.branches import (
     recorded_branches,
     spec_paths,
 )
+from reconciler.state.forks import birth_cut_off
 from reconciler.state.holders import held_by
 from reconciler.state.observed import (
     GenerationCommit,
@@ -546,6 +547,8 @@ def observe(paths: LineagePaths, cache_dir: Path | None = None, *,
     ``opened``: the lineage's repositories, opened already at these places; ``known``:
     the heads of ``paths`` read moments ago through them, and the record recalled there.
     """
+    if birth_cut_off(paths):
+        return unborn(paths)
     opened = opened if opened is not None else Lineage(paths)
     if cache_dir is None:
         return _observe(paths, opened)
@@ -558,6 +561,18 @@ def observe(paths: LineagePaths, cache_dir: Path | None = None, *,
                                               observed.observation_head):
         observed_cache.remember(cache_dir, observed, found, opened)  # read at ``found``
     return observed
+
+
+def unborn(paths: LineagePaths) -> Observed:
+    """A fork whose birth was cut off midway (``state.forks.birth_cut_off``): not born;
+    its birth, made again, removes the leftovers first (``engine.forks.birth_fork``)."""
+    return Observed(paths=paths, worktree_exists=False, git_dir_exists=False,
+                    observations_exist=False, is_lineage=False, root_commit=None,
+                    lineage_metadata=None, observation_metadata=None, lineage_head=None,
+                    observation_head=None, head_branch=None, generations=0,
+                    last_generation=None, observed_generations=0, last_observation=None,
+                    dirty=False, dirty_paths=(), interrupted=None, problems=(),
+                    full_walk=False, birth_cut_off=True)
 
 
 def _recall(paths: LineagePaths, opened: Lineage, cache_dir: Path

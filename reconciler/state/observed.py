@@ -90,6 +90,9 @@ class Observed:
     # The stop an apply made before the next generation, while the heads are its own
     # (``reconciler.state.stops``)
     stopped: RecordedStop | None = None
+    # A fork's birth cut off midway (``reconciler.state.forks.birth_cut_off``): shown as
+    # not born; the birth made again removes its leftovers first
+    birth_cut_off: bool = False
 
     @property
     def running(self) -> str | None:
