@@ -1,7 +1,8 @@
 """Our own mutation check: break the production code one named way at a time, in a
 scratch copy of the checkout, and run the tests that claim to catch that break.
 
-Run before a change to the controller, probes, sets or forks lands (docs/architecture.md)::
+Run before a change to the controller, probes, sets, forks, selection, compare,
+reproduce or the per-generation table and its exports lands (docs/architecture.md)::
 
     .venv/bin/python -m tests.mutations            # every mutation below
     .venv/bin/python -m tests.mutations NAME ...   # only these
@@ -52,6 +53,15 @@ class Mutation:
 
 _CONTROLLER = "reconciler/engine/controller/"
 _TRANSITIONS = "tests/controller/test_transitions.py::"
+_SELECTION = "reconciler/plan/selection/"
+_DECIDE = "tests/selection/test_decide.py::"
+_CHECK_RECORDS = "tests/selection/test_check_records.py::"
+_STATISTICS = "reconciler/report/statistics.py"
+_STATS_TEST = "tests/compare/test_statistics.py::"
+_REPRODUCE = "reconciler/engine/reproduce/"
+_COMPARE_TEST = "tests/reproduce/test_compare.py::"
+_DESCENT = "tests/history/test_descent.py::"
+_ONE_TABLE = "tests/export_mlflow/test_one_table.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
@@ -159,6 +169,124 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_kernel_restores_by_the_documented_rule_and_the_audit_finds_it_so",),
         "a death restores an older body equal to the one it extends (the kernel and the "
         "audit share the rule)"),
+    # selection (reconciler/plan/selection, engine/selection_records)
+    Mutation(
+        "truncation-keeps-one-less", _SELECTION + "truncation.py",
+        "ranked[:min(rule.keep or len(ranked), len(ranked), size)]",
+        "ranked[:min(rule.keep or len(ranked), len(ranked), size) - 1]",
+        (_DECIDE + "test_truncation_keeps_the_top_k_ties_broken_by_name",),
+        "truncation keeps keep - 1 members"),
+    Mutation(
+        "lowest-ignored", _SELECTION + "decision.py",
+        "    sign = 1.0 if rule.lowest else -1.0", "    sign = -1.0",
+        (_DECIDE + "test_lowest_turns_the_ranking_round",),
+        "`lowest: true` still ranks the highest first"),
+    Mutation(
+        "ties-not-broken-by-name", _SELECTION + "decision.py",
+        "        return sign * value, one.name", '        return sign * value, ""',
+        (_DECIDE + "test_truncation_keeps_the_top_k_ties_broken_by_name",),
+        "equal values ranked in the order the table lists them, not by name"),
+    Mutation(
+        "selection-seed-ignored", _SELECTION + "decision.py",
+        "np.random.default_rng([seed, epoch])", "np.random.default_rng([0, epoch])",
+        (_DECIDE + "test_tournament_is_the_same_for_a_seed_and_another_for_another_seed",),
+        "a tournament draws the same whatever the spec's seed"),
+    Mutation(
+        "verify-selection-seed-unchecked", "reconciler/engine/selection_records.py",
+        '_RULE = ("method", "by", "lowest", "seed")', '_RULE = ("method", "by", "lowest")',
+        (_CHECK_RECORDS + "test_an_edited_value_or_seed_is_named",),
+        "verify accepts a decision recorded under another seed than the spec's"),
+    Mutation(
+        "verify-selection-probe-records-unchecked", "reconciler/engine/selection_records.py",
+        '        if now != item.get("probe_records"):', "        if False:",
+        (_CHECK_RECORDS + "test_a_probe_record_changed_or_removed_after_the_decision_is_named",),
+        "verify does not compare the probe records with the digests the decision recorded"),
+    # compare (reconciler/report/statistics.py)
+    Mutation(
+        "survivor-rule-off-by-one", _STATISTICS,
+        "    if member.last >= generation:\n        value",
+        "    if member.last > generation:\n        value",
+        (_STATS_TEST + "test_the_survivor_rule",),
+        "a member whose history ends at G is not read at G"),
+    Mutation(
+        "mann-whitney-one-sided", _STATISTICS,
+        'alternative="two-sided"', 'alternative="less"',
+        (_STATS_TEST + "test_groups_and_pair_by_hand",),
+        "the p-value of a one-sided test printed as the two-sided one"),
+    Mutation(
+        "ci-confidence-ignored", _STATISTICS,
+        "confidence_level=confidence,", "confidence_level=0.9,",
+        (_STATS_TEST + "test_the_interval_has_the_confidence_asked",),
+        "a 90% interval printed as the 95% one"),
+    Mutation(
+        "carry-last-reads-the-first", _STATISTICS,
+        "    at = max(earlier)", "    at = min(earlier)",
+        (_STATS_TEST + "test_the_survivor_rule",),
+        "--carry-last reads a stopped member's first measured generation, not its last"),
+    # reproduce (reconciler/engine/reproduce, engine/recorded.py)
+    Mutation(
+        "reproduce-verdict-ignores-divergence", "reconciler/engine/reproduce/run.py",
+        '"diverged" if divergence is not None else "reproduced"', '"reproduced"',
+        ("tests/reproduce/test_reproduce.py::"
+         "test_an_organism_that_writes_the_time_diverges_at_its_first_life",),
+        "a reproduction that diverged said reproduced"),
+    Mutation(
+        "reproduce-outcome-not-compared", _REPRODUCE + "compare.py",
+        '    if was != now:\n        what.append("outcome")',
+        '    if False:\n        what.append("outcome")',
+        (_COMPARE_TEST + "test_what_differs[outcome]",),
+        "another outcome (a death where the record changed) is not a divergence"),
+    Mutation(
+        "reproduce-mode-not-compared", _REPRODUCE + "compare.py",
+        "        elif was[0] != now[0]:", "        elif False:",
+        (_COMPARE_TEST + "test_a_mode_alone_is_a_difference",),
+        "a path whose mode alone differs is not a divergence"),
+    Mutation(
+        "clock-puts-back-any-stamp", _REPRODUCE + "compare.py",
+        '            if (self.reproduced.get(number) == match.group("at")\n'
+        "                    and number in self.recorded):",
+        "            if number in self.recorded:",
+        (_COMPARE_TEST + "test_only_the_kernels_stamps_are_put_back",),
+        "a heading stamp the organism wrote is masked as if the kernel had"),
+    Mutation(
+        "recorded-replies-from-the-fork-point", "reconciler/engine/recorded.py",
+        "spec.fork.generation + 1 if spec.fork is not None else 1",
+        "spec.fork.generation if spec.fork is not None else 1",
+        ("tests/reproduce/test_recorded.py::"
+         "test_a_fork_is_answered_from_after_its_fork_point_and_reproduces",),
+        "a recorded fork replayed from the reply its parent's fork point already used"),
+    # the per-generation table and its exports (reconciler/state/table.py, report/table.py)
+    Mutation(
+        "row-0-dropped", "reconciler/state/seed_row.py",
+        "    return summary.rows if seed is None else (seed, *summary.rows)",
+        "    return summary.rows",
+        (_DESCENT + "test_the_absolute_generation_counts_from_the_root_ancestors_seed",
+         _ONE_TABLE + "test_csv_jsonl_and_json_are_the_hand_written_table"),
+        "the table without row 0 (the seed)"),
+    Mutation(
+        "absolute-generation-off-by-one", "reconciler/state/table.py",
+        "else self.seed_generation + generation", "else self.seed_generation + generation + 1",
+        (_DESCENT + "test_the_absolute_generation_counts_from_the_root_ancestors_seed",),
+        "a fork's absolute generation counted one too far"),
+    Mutation(
+        "csv-cells-one-column-off", "reconciler/report/table.py",
+        "        writer.writerow([csv_cell(row.value(column)) for column in columns])",
+        "        writer.writerow([csv_cell(row.value(column)) for column in columns[1:]]"
+        ' + [""])',
+        (_ONE_TABLE + "test_csv_jsonl_and_json_are_the_hand_written_table",),
+        "CSV cells shifted one column from their header"),
+    Mutation(
+        "probe-failures-not-joined", "reconciler/state/table.py",
+        "                          failures.get(facts.generation, {}))",
+        "                          {})",
+        (_ONE_TABLE + "test_csv_jsonl_and_json_are_the_hand_written_table",),
+        "a probe's failure reason left out of its generation's row"),
+    Mutation(
+        "mlflow-seed-a-step", "reconciler/engine/mlflow_export.py",
+        "        if row.facts.status == SEED_OUTCOME:\n            continue",
+        "        if False:\n            continue",
+        (_ONE_TABLE + "test_mlflow_holds_the_hand_written_table[folder]",),
+        "row 0 (the seed, no life) logged to MLflow as step 0"),
 )
 
 

@@ -21,7 +21,9 @@ def test_names_are_unique_and_each_area_is_covered() -> None:
     names = [m.name for m in mutations.MUTATIONS]
     assert len(names) == len(set(names))
     claimed = " ".join(t for m in mutations.MUTATIONS for t in m.tests)
-    for area in ("tests/controller/", "tests/probes/", "tests/sets/", "tests/forks/"):
+    for area in ("tests/controller/", "tests/probes/", "tests/sets/", "tests/forks/",
+                 "tests/selection/", "tests/compare/", "tests/reproduce/",
+                 "tests/history/", "tests/export_mlflow/"):
         assert area in claimed, area
 
 

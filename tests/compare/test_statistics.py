@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from reconciler.report.statistics import MemberSeries, compare_at, series
+from reconciler.report.statistics import CONFIDENCE, MemberSeries, compare_at, series
 
 
 def member(name: str, group: str, last: int | None, **values: float) -> MemberSeries:
@@ -46,8 +47,10 @@ def test_equal_values_have_a_point_interval_and_one_value_none() -> None:
     (2, {2: 6.0}, False, 0, 0, None),    # stopped before: not alive, out of n
     (2, {2: 6.0}, True, 0, 1, 6.0),      # carry-last: its last reading
     (2, {1: 5.0}, True, 0, 1, 5.0),      # ... its last *measured* generation
+    (2, {1: 5.0, 2: 6.0}, True, 0, 1, 6.0),  # ... its last, not its first
     (None, {}, True, 0, 0, None),        # no history at all
-], ids=["alive", "alive-unmeasured", "stopped", "carried", "carried-earlier", "none"])
+], ids=["alive", "alive-unmeasured", "stopped", "carried", "carried-earlier", "carried-last",
+      "none"])
 def test_the_survivor_rule(last: int | None, values: dict[int, float], carry: bool,
                            alive: int, n: int, value: float | None) -> None:
     (group,) = compare_at([MemberSeries("m", "G", last, values)], 3, carry_last=carry).groups
@@ -60,3 +63,28 @@ def test_series_follows_n_as_members_stop() -> None:
     points = series(members, [0, 1, 2])
     assert [p.groups[0].n for p in points] == [2, 2, 1]
     assert [p.groups[0].mean for p in points] == [1.0, np.mean([2.0, 4.0]), 3.0]
+
+
+def test_the_interval_has_the_confidence_asked() -> None:
+    """Of 400 normal values the bootstrap interval of the mean is, within a few percent,
+    mean +- z * standard error, z the normal quantile of the confidence level: 1.96 for the
+    default 95%, 0.674 for 50%; the pair's interval likewise with the two samples' error."""
+    values = np.random.default_rng(0).normal(10.0, 2.0, 400)
+    members = [MemberSeries(f"m{i}", "G", 1, {1: float(v)}) for i, v in enumerate(values)]
+    error = values.std(ddof=1) / np.sqrt(len(values))
+    for asked in (None, 0.5):
+        level = CONFIDENCE if asked is None else asked
+        found = compare_at(members, 1) if asked is None else compare_at(
+            members, 1, confidence=asked)
+        (group,) = found.groups
+        assert found.confidence == level
+        assert group.ci_low is not None and group.ci_high is not None
+        z = (group.ci_high - group.ci_low) / (2 * error)
+        assert z == pytest.approx(stats.norm.ppf(0.5 + level / 2), rel=0.05), level
+    second = [MemberSeries(f"n{i}", "H", 1, {1: float(v) + 1.0})
+              for i, v in enumerate(values[200:])]
+    (pair,) = compare_at([*members[:200], *second], 1).pairs
+    assert pair.ci_low is not None and pair.ci_high is not None
+    both = np.sqrt(values[:200].var(ddof=1) / 200 + values[200:].var(ddof=1) / 200)
+    assert (pair.ci_high - pair.ci_low) / (2 * both) == pytest.approx(
+        stats.norm.ppf(0.975), rel=0.05)

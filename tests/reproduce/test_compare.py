@@ -27,16 +27,20 @@ def _clock() -> Clock:
       "### gen 1 — changed — x — 2026-12-01T10:00:00+00:00"),
      ("now: 2026-12-03T08:00:00+00:00\n", "now: 2026-12-03T08:00:00+00:00\n"),
      ("## gen 2 — changed — x — 2026-12-03T08:00:00+00:00",  # not gen 2's stamp
-      "## gen 2 — changed — x — 2026-12-03T08:00:00+00:00")],
-    ids=["heading", "in-a-prompt", "demoted", "organism-time", "other-generation"],
+      "## gen 2 — changed — x — 2026-12-03T08:00:00+00:00"),
+     ("## gen 1 — changed — x — 2026-12-05T00:00:00+00:00",  # not the kernel's stamp
+      "## gen 1 — changed — x — 2026-12-05T00:00:00+00:00")],
+    ids=["heading", "in-a-prompt", "demoted", "organism-time", "other-generation",
+         "another-time"],
 )
 def test_only_the_kernels_stamps_are_put_back(text: str, expected: str) -> None:
     assert _clock().unclocked(text) == expected
 
 
-def _side(observation: dict[str, object], files: dict[str, bytes]) -> Side:
+def _side(observation: dict[str, object], files: dict[str, bytes],
+          mode: int = 0o100644) -> Side:
     blobs = {f"id-{path}-{data!r}": data for path, data in files.items()}
-    return Side(observation, {path: (0o100644, f"id-{path}-{data!r}")
+    return Side(observation, {path: (mode, f"id-{path}-{data!r}")
                               for path, data in files.items()}, blobs.__getitem__)
 
 
@@ -55,3 +59,12 @@ def test_what_differs(observation: dict[str, object], files: dict[str, bytes],
     recorded = _side({"outcome": "changed", "exit_status": 0}, {"a": b"1"})
     found = compare_generation(3, recorded, _side(observation, files), Clock())
     assert (found.what if found else None) == what
+
+
+def test_a_mode_alone_is_a_difference() -> None:
+    recorded = _side({"outcome": "changed", "exit_status": 0}, {"a": b"1"})
+    executable = _side({"outcome": "changed", "exit_status": 0}, {"a": b"1"}, 0o100755)
+    found = compare_generation(2, recorded, executable, Clock())
+    assert found is not None and found.what == ("tree",)
+    assert [(p.path, p.change, p.diff) for p in found.paths] == [
+        ("a", "mode", ("mode 100644 -> 100755",))]
