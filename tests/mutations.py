@@ -163,6 +163,20 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_fork_that_cannot_start_is_refused_by_the_plan_after_the_kernels_reasons",),
         "a fork whose parent has no such generation planned as a birth"),
     Mutation(
+        "fork-birth-cut-off-bricks", "reconciler/state/observe.py",
+        "    if birth_cut_off(paths):\n        return unborn(paths)",
+        "    if False:\n        return unborn(paths)",
+        ("tests/forks/test_fork_lineages.py::"
+         "test_a_birth_cut_off_midway_is_made_again_and_leftovers_without_its_marker_are_kept",),
+        "a fork's birth killed midway leaves places the next apply refuses (a bricked fork)"),
+    Mutation(
+        "fork-birth-leftovers-kept", "reconciler/engine/forks.py",
+        "        _remove(list(places), places)\n        marker.unlink()",
+        "        marker.unlink()",
+        ("tests/forks/test_fork_lineages.py::"
+         "test_a_birth_cut_off_midway_is_made_again_and_leftovers_without_its_marker_are_kept",),
+        "a birth made again over a cut-off one's leftovers"),
+    Mutation(
         "restore-any-older-body", "reconciler/kernel/transaction/publish.py",
         "        if body is not None and body != current:", "        if body is not None:",
         ("tests/verify/test_restore_agreement.py::"
@@ -333,8 +347,17 @@ class Ran:
     failed: tuple[str, ...]  # the node ids that failed or errored
 
 
+def _commit() -> str:
+    """The checkout's commit: the scratch copy has no .git, so the tests' own ``ouro``
+    processes are told the instrument commit by its override."""
+    import pygit2
+
+    return str(pygit2.Repository(str(ROOT)).head.target)
+
+
 def _pytest(copy: Path, tests: Sequence[str]) -> Ran:
-    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"OURO_INSTRUMENT_COMMIT": _commit(), **os.environ, "PYTHONPATH": str(copy),
+           "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p",

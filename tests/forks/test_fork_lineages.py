@@ -224,3 +224,39 @@ def test_a_spec_without_a_fork_keeps_its_digest(tmp_path: Path) -> None:
     # this document's digest as ouro computed it before spec.from (main at 6199889):
     # saved plans and the provenance of every generation keep their spec digest
     assert loaded.sha256 == "4b1e264885357df93b4bc82f73772977e860967f0ab6d19cbc94f06a6941a7a3"
+
+
+def test_a_birth_cut_off_midway_is_made_again_and_leftovers_without_its_marker_are_kept(
+        family: Family) -> None:
+    """What a SIGKILL during a fork's birth leaves (its marker, a half-made git dir, a
+    worktree folder, no observations): plan shows the fork to create, apply makes it
+    whole and runs it, the marker goes. The same places without the marker are no birth
+    of ouro's: refused, nothing removed."""
+    spec = fork_spec(family.specs, "child", "scribe", 2)
+    paths = lineage_paths(family.state, "child")
+    marker = paths.git_dir.with_name(paths.git_dir.name + ".ouro-birth")
+
+    def leftovers() -> None:
+        paths.worktree.mkdir()
+        (paths.worktree / "half.el").write_text(";; cut off\n")
+        paths.git_dir.mkdir()
+        (paths.git_dir / "HEAD").write_text("ref: refs/heads/lineage-child\n")
+
+    leftovers()
+    code, plan = plan_json(family, spec)
+    (item,) = plan["lineages"]
+    assert code == 1 and item["action"] == "refuse", item  # no marker: not ours
+    assert (paths.worktree / "half.el").exists()
+    applied = run_ouro("apply", "-y", str(spec), env=family.env)
+    assert applied.returncode == 1 and (paths.worktree / "half.el").exists()
+
+    marker.write_text("a fork's birth began here\n")
+    code, plan = plan_json(family, spec)
+    (item,) = plan["lineages"]
+    assert code == 2 and item["action"] == "create", item
+    applied = run_ouro("apply", "-y", str(spec), env=family.env)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert not marker.exists() and not (paths.worktree / "half.el").exists()
+    assert_invariant(paths, 1)
+    code, report = verify(family, spec)
+    assert code == 0 and report["child"]["ancestry"] == "linked", report
