@@ -52,6 +52,7 @@ class Mutation:
 
 _CONTROLLER = "reconciler/engine/controller/"
 _TRANSITIONS = "tests/controller/test_transitions.py::"
+_SHOWN = "tests/selection/test_shown.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
@@ -159,6 +160,23 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_kernel_restores_by_the_documented_rule_and_the_audit_finds_it_so",),
         "a death restores an older body equal to the one it extends (the kernel and the "
         "audit share the rule)"),
+    Mutation(
+        "epoch-counts-from-generation-0", "reconciler/spec/sets.py",
+        "max(0, generation - 1) // self.selection.every",
+        "generation // self.selection.every",
+        (_SHOWN + "test_export_has_the_epoch_each_generation_ran_in",),
+        "a selected set's last generation of an epoch counted in the next epoch"),
+    Mutation(
+        "not-selected-planned-in-sync", "reconciler/plan/planner.py",
+        "    return found if isinstance(found, spec_sets.NotSelected) else None",
+        "    return None",
+        (_SHOWN + "test_plan_and_log_show_the_stopped_members",),
+        "a member a selection stopped planned as an ordinary lineage in sync"),
+    Mutation(
+        "epoch-fitness-best-is-first", "reconciler/engine/set_epochs.py",
+        "    pick = min if rule.lowest else max", "    pick = max if rule.lowest else min",
+        (_SHOWN + "test_status_shows_not_selected_and_the_epochs",),
+        "status's best of an epoch the worst one"),
 )
 
 
