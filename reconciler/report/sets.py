@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.engine.set_epochs import SetEpochs
 from reconciler.report.stops import not_selected_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
+
+if TYPE_CHECKING:
+    from reconciler.engine.set_epochs import SetEpochs
 
 __all__ = ["ORPHANED", "SET_COLUMNS", "epoch_lines", "headings", "indent", "matrix_columns",
            "matrix_value", "member_json", "set_values"]
