@@ -62,6 +62,7 @@ _REPRODUCE = "reconciler/engine/reproduce/"
 _COMPARE_TEST = "tests/reproduce/test_compare.py::"
 _DESCENT = "tests/history/test_descent.py::"
 _ONE_TABLE = "tests/export_mlflow/test_one_table.py::"
+_SHOWN = "tests/selection/test_shown.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
@@ -301,6 +302,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:\n            continue",
         (_ONE_TABLE + "test_mlflow_holds_the_hand_written_table[folder]",),
         "row 0 (the seed, no life) logged to MLflow as step 0"),
+    Mutation(
+        "epoch-counts-from-generation-0", "reconciler/spec/sets.py",
+        "max(0, generation - 1) // self.selection.every",
+        "generation // self.selection.every",
+        (_SHOWN + "test_export_has_the_epoch_each_generation_ran_in",),
+        "a selected set's last generation of an epoch counted in the next epoch"),
+    Mutation(
+        "not-selected-planned-in-sync", "reconciler/plan/planner.py",
+        "    return found if isinstance(found, spec_sets.NotSelected) else None",
+        "    return None",
+        (_SHOWN + "test_plan_and_log_show_the_stopped_members",),
+        "a member a selection stopped planned as an ordinary lineage in sync"),
+    Mutation(
+        "epoch-fitness-best-is-first", "reconciler/engine/set_epochs.py",
+        "    pick = min if rule.lowest else max", "    pick = max if rule.lowest else min",
+        (_SHOWN + "test_status_shows_not_selected_and_the_epochs",),
+        "status's best of an epoch the worst one"),
 )
 
 

@@ -32,11 +32,12 @@ def status_command(
     from reconciler.engine.fleet import Fleet
     from reconciler.report.render import print_status, status_json
 
-    lines, controller = Fleet(state_dir, command="ouro status").status(arguments, select)
+    lines, controller, epochs = Fleet(state_dir, command="ouro status").status(arguments,
+                                                                               select)
     if as_json:
-        sys.stdout.write(status_json(lines, controller))
+        sys.stdout.write(status_json(lines, controller, epochs))
     elif lines or controller is not None:
-        print_status(lines, controller=controller)
+        print_status(lines, controller=controller, epochs=epochs)
     else:
         print("ouro status: no lineages", file=sys.stderr)
 

@@ -83,7 +83,8 @@ def generation_rows(paths: LineagePaths, cache: Path | None,
         if fast is not None:
             return fast, ()
     summary = summarize(paths, cache)
-    lineage = lineage_table(spec.name if spec is not None else paths.name, paths, summary)
+    lineage = lineage_table(spec.name if spec is not None else paths.name, paths, summary,
+                            member=spec.member if spec is not None else None)
     every = GenerationTable((lineage,)).columns
     wanted = every if columns is None else tuple(c for c in every if c in columns)
     rows: dict[int, dict[str, Any]] = {}

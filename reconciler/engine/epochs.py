@@ -27,6 +27,7 @@ from reconciler.spec.load import LoadedSpec, default_places
 from reconciler.spec.loaded import ParentPlaces
 from reconciler.spec.models import ForkSpec
 from reconciler.spec.selection import SelectionSpec
+from reconciler.spec.sets import NotSelected
 
 __all__ = ["EPOCH_LABEL", "PARENT_LABEL", "expand", "read_record", "record_branch",
            "write_record"]
@@ -119,6 +120,21 @@ def _with_generations(spec: LoadedSpec, generations: int) -> LoadedSpec:
     return dataclasses.replace(spec, spec=spec.spec.model_copy(update={"spec": body}))
 
 
+def _stopped(spec: LoadedSpec, record: Mapping[str, Any], epoch: int,
+             rule: SelectionSpec) -> LoadedSpec:
+    """A member the decision of ``epoch`` (its ``record``) stopped: ``not-selected``."""
+    if spec.member is None:
+        return spec
+    value = record.get("values", {}).get(spec.name)
+    born = spec.member.born_epoch
+    stop = NotSelected(epoch, (epoch - born + 1) * rule.every, rule.by,
+                       float(value) if isinstance(value, int | float)
+                       and not isinstance(value, bool) else None,
+                       len(record.get("kept", [])))
+    return dataclasses.replace(spec, member=dataclasses.replace(spec.member,
+                                                                not_selected=stop))
+
+
 def _set_epochs(members: list[LoadedSpec], rule: SelectionSpec, home: Path
                 ) -> tuple[list[LoadedSpec], int]:
     """The set's members after every recorded decision, and the current epoch."""
@@ -134,13 +150,17 @@ def _set_epochs(members: list[LoadedSpec], rule: SelectionSpec, home: Path
         if record is None:
             break
         for name in record.get("stopped", []):
-            living.pop(name, None)
+            if living.pop(name, None) is not None:
+                every[name] = _stopped(every[name], record, epoch, rule)
         for birth in record.get("born", []):
             parent = every.get(birth["parent"])
             if parent is None:
                 continue
             spec = _born_spec(parent, birth["name"], parent, int(birth["generation"]),
                               epoch + 1, rule.every, home)  # the parent's cell, too
+            if spec.member is not None:
+                spec = dataclasses.replace(spec, member=dataclasses.replace(
+                    spec.member, born_epoch=epoch + 1, not_selected=None))
             living[spec.name] = every[spec.name] = spec
             born_in[spec.name] = epoch + 1
         epoch += 1
@@ -179,13 +199,5 @@ def current_epoch(members: Sequence[LoadedSpec], rule: SelectionSpec,
                   home: Path) -> tuple[int, list[str]]:
     """The set's current epoch and its living members' names."""
     every, epoch = _set_epochs(list(members), rule, home)
-    stopped: set[str] = set()
-    set_name = members[0].set_name or ""
-    for e in range(1, epoch):
-        for spec in every:
-            record = read_record(spec.paths(), set_name, e)
-            if record is not None:
-                stopped.update(record.get("stopped", []))
-                break
-    return epoch, sorted(spec.name for spec in every if spec.name not in stopped)
-
+    return epoch, sorted(spec.name for spec in every
+                         if spec.member is None or spec.member.not_selected is None)

@@ -33,6 +33,7 @@ from reconciler.errors import OuroError
 
 if TYPE_CHECKING:
     from reconciler.engine.locks import LineageLock
+    from reconciler.engine.set_epochs import SetEpochs
     from reconciler.engine.sets import Shown
     from reconciler.kernel.base.config import Identity, LineagePaths
     from reconciler.plan import LineagePlan, Plan
@@ -353,10 +354,11 @@ class Fleet:
                       state_dir=self.given_state_dir, command=self.command)
 
     def status(self, arguments: Sequence[str | Path] | None, select: Sequence[str] | None = ()
-               ) -> tuple[list[StatusLine], ControllerStatus | None]:
+               ) -> tuple[list[StatusLine], ControllerStatus | None, list[SetEpochs]]:
         """``ouro status``: the lineages its arguments name (``chosen``: each set's together,
         cell by cell, with its orphans, as plan shows them), or every lineage in the state
-        dir; and what a controller of the state dir last wrote (None: none)."""
+        dir; what a controller of the state dir last wrote (None: none); and each selected
+        set's epochs (``reconciler.engine.set_epochs``; with its spec only)."""
         from reconciler.state.cachefile import one_seal
         from reconciler.state.fleet import summary_cache_dir
         from reconciler.state.observe import observe
@@ -381,7 +383,26 @@ class Fleet:
                                         kernel=self.kernel_of(named.name, observed),
                                         until=_until(named, observed), member=named.member,
                                         conditions=known.get(named.name)))
-        return lines, controller
+            epochs = self._epochs(found, cache)
+        return lines, controller, epochs
+
+    def _epochs(self, found: Sequence[_Named], cache: Path | None) -> list[SetEpochs]:
+        """The selected sets' epochs among ``found`` (their members' table: read only for
+        a selected set's members, and only with their spec)."""
+        from reconciler.engine.set_epochs import set_epochs
+        from reconciler.spec.fork_parents import state_dir_or_none
+        from reconciler.state.summaries import summarize
+        from reconciler.state.table import GenerationTable, lineage_table
+
+        chosen = [named for named in found if named.spec is not None
+                  and named.member is not None and named.member.selection is not None]
+        if not chosen:
+            return []
+        table = GenerationTable(tuple(
+            lineage_table(named.name, named.paths, summarize(named.paths, cache),
+                          member=named.member, spec=named.spec) for named in chosen))
+        return set_epochs([named.spec for named in chosen if named.spec is not None], table,
+                          state_dir_or_none(self.given_state_dir))
 
     def kernel_of(self, name: str, observed: Observed) -> KernelChoice | None:
         """The kernel that would extend an existing lineage; None when there is no lineage,

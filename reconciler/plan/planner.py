@@ -255,6 +255,8 @@ class LineagePlan:
     measure: MeasurementWork = field(default_factory=MeasurementWork)  # plan.probes
     until: UntilStop | None = None  # action "done": the spec.until condition that holds
     fork: dict[str, Any] | None = None  # a fork to be born: its parent generation (plan.forks)
+    # action "done": a selection's decision stopped this member (stop reason not-selected)
+    not_selected: spec_sets.NotSelected | None = None
 
     @property
     def pending(self) -> bool:
@@ -629,6 +631,13 @@ def _create_message(name: str, desired: int, fork: ForkSourceLike | None) -> str
             f"{_generations(desired)}")
 
 
+def _not_selected(spec: PlanSpec) -> spec_sets.NotSelected | None:
+    """The selection decision that stopped this set member (None: none; optional on the
+    spec: ``reconciler.engine.epochs`` puts it in the member's place)."""
+    found = getattr(getattr(spec, "member", None), "not_selected", None)
+    return found if isinstance(found, spec_sets.NotSelected) else None
+
+
 def _set_of(spec: PlanSpec) -> str | None:
     """The LineageSet the spec is a member of (None: a plain lineage; optional on the spec)."""
     found = getattr(spec, "set_name", None)
@@ -705,6 +714,17 @@ def plan_lineage(spec: PlanSpec, observed: ObservedState, instrument: Identity, 
             "extend", f"lineage {name}: {have} of {desired} generations; apply runs "
             f"{desired - have} more", missing=desired - have,
         )
+    return _settled(result, spec, notes, have, desired)
+
+
+def _settled(result: Callable[..., LineagePlan], spec: PlanSpec, notes: list[str],
+             have: int, desired: int) -> LineagePlan:
+    """A lineage with every generation its spec asks for: in sync, stopped by a
+    selection (``done``, not-selected), or ahead."""
+    name = spec.name
+    if (stop := _not_selected(spec)) is not None:
+        return dataclasses.replace(result("done", f"lineage {name}: {have} of {desired} "
+                                          f"generations; {stop.message}"), not_selected=stop)
     if have == desired:
         return result("in-sync", f"lineage {name}: {have} of {desired} generations, "
                       "nothing to do")

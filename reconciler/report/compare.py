@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from reconciler.engine.compare_rows import LineageRows
+from reconciler.engine.epochs import EPOCH_LABEL
 from reconciler.envelope import envelope
 from reconciler.errors import OuroError
 from reconciler.report.escape import json_text, terminal
@@ -33,9 +34,14 @@ NONE = "\u2014"
 
 def group_of(item: LineageRows, by: str | None) -> str:
     """The lineage's group: ``<set>/<cell>`` (a set without a matrix: ``<set>``), a plain
-    lineage's own name, or with ``by``: ``<label>=<value>`` (``<label> unset``)."""
+    lineage's own name, or with ``by``: ``<label>=<value>`` (``<label> unset``). A selected
+    set's own members have no ``ouro/epoch`` label (its born members have theirs): by
+    ``ouro/epoch`` they are epoch 1's."""
     if by is not None:
         value = item.labels.get(by)
+        if value is None and by == EPOCH_LABEL and item.member is not None \
+                and item.member.selection is not None:
+            value = str(item.member.born_epoch)
         return f"{by}={value}" if value is not None else f"{by} unset"
     if item.member is None:
         return item.name

@@ -5,9 +5,9 @@ Rule: no decisions here. The rows come from ``reconciler.state.table`` (the tabl
 which columns fit. ``--columns`` names any column of the table (``ouro export``'s
 names) or ``diff`` (``+added/-deleted`` and the paths changed); ``outcome`` reads as
 the status with its cause, exit status and model failure. Without ``--columns`` the
-table is ``generation`` and ``outcome``, then each other column of ``DEFAULT_COLUMNS``
-and each probe column that keeps it within ``WIDTH`` characters; what did not fit is
-named under the table.
+table is ``generation`` (and ``epoch``, for a selected set's member) and ``outcome``,
+then each other column of ``DEFAULT_COLUMNS`` and each probe column that keeps it within
+``WIDTH`` characters; what did not fit is named under the table.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from reconciler.errors import OuroError
 from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, terminal
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
+from reconciler.report.stops import stopped_text
 from reconciler.report.words import plural
 from reconciler.state.summaries import GenerationRow
-from reconciler.state.table import GenerationTable, LineageTable, TableRow
+from reconciler.state.table import EPOCH_COLUMN, GenerationTable, LineageTable, TableRow
 
 __all__ = ["DEFAULT_COLUMNS", "NONE", "WIDTH", "check_columns", "diffstat", "log_json",
            "log_text", "outcome_of", "size", "until_json"]
@@ -126,6 +127,8 @@ def _fitted(lineage: LineageTable, probes: Sequence[str],
     other default column and each probe column, in order, that keeps the table within
     WIDTH; and the columns left out."""
     columns = list(DEFAULT_COLUMNS[:2])
+    if lineage.member is not None and lineage.member.selection is not None:
+        columns.insert(1, EPOCH_COLUMN)  # a selected set's member: the epoch of each row
     lines = _lines(lineage, columns, pad)
     left: list[str] = []
     for column in (*DEFAULT_COLUMNS[2:], *probes):
@@ -151,6 +154,8 @@ def _heading(lineage: LineageTable, pad: str, stop: UntilStop | None) -> list[st
     member = lineage.member
     if member is not None and member.orphaned:
         out.append(f"{pad}  {ORPHANED.format(member.set_name)}")
+    if member is not None and member.not_selected is not None:
+        out.append(f"{pad}  {stopped_text(member.not_selected)}")
     if stop is not None:
         out.append(f"{pad}  done ({stop.code}): {stop.message}")
     return out

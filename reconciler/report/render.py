@@ -21,12 +21,15 @@ from reconciler.envelope import FORMAT_VERSION, envelope
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.report.calls import finality
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
-from reconciler.report.sets import ORPHANED, headings, indent, member_json
+from reconciler.report.sets import ORPHANED, epoch_lines, headings, indent, member_json
+from reconciler.report.stops import NOT_SELECTED, not_selected_json, stopped_text
 from reconciler.report.words import plural
 from reconciler.state.conditions import ControllerStatus, LineageConditions
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from reconciler.engine.set_epochs import SetEpochs
 
 __all__ = [
     "FORMAT_VERSION",
@@ -68,8 +71,11 @@ def summary_line(plan: Plan) -> str:
         f"{counts.get('ahead', 0)} ahead",
         f"{counts.get('refuse', 0)} refused",
     ]
-    if counts.get("done"):
-        parts.insert(5, f"{counts['done']} done (spec.until)")
+    stopped = sum(1 for item in plan.lineages if item.not_selected is not None)
+    if counts.get("done", 0) > stopped:
+        parts.insert(5, f"{counts['done'] - stopped} done (spec.until)")
+    if stopped:
+        parts.insert(5, f"{stopped} stopped ({NOT_SELECTED})")
     if counts.get("suspended"):
         parts.insert(-1, f"{counts['suspended']} suspended")
     if plan.orphans:
@@ -118,7 +124,8 @@ def plan_text(plan: Plan) -> list[tuple[str, str | None]]:
             lines.append((_set_heading(plan, current) if current is not None
                           else "lineages not in a set:", "bold"))
         marker = MARKERS[item.action]
-        action = item.action + (f" ({item.reason})" if item.reason else "")
+        reason = item.reason or (NOT_SELECTED if item.not_selected is not None else None)
+        action = item.action + (f" ({reason})" if reason else "")
         lines.append((f"  {marker} {item.name:<{width}}  {action:<12}  {_numbers(item)}",
                       _STYLES[item.action]))
         if item.labels:
@@ -238,6 +245,8 @@ def _lineage_document(item: LineagePlan) -> dict[str, Any]:
         "until": None if item.until is None else {"code": item.until.code,
                                                    "generation": item.until.generation,
                                                    "message": item.until.message},
+        # action "done": the selection decision that stopped this member (null: none)
+        "not_selected": not_selected_json(item.not_selected),
     }
 
 
@@ -323,10 +332,12 @@ def _lineage_cell(item: LineagePlan) -> str:
 # ---------------------------------------------------------------- status
 
 
-def status_document(lines: Sequence[StatusLine],
-                    controller: ControllerStatus | None = None) -> dict[str, Any]:
+def status_document(lines: Sequence[StatusLine], controller: ControllerStatus | None = None,
+                    epochs: Sequence[SetEpochs] = ()) -> dict[str, Any]:
     return {
         **envelope("ouro-status"),
+        # each selected set's current epoch, living members and fitness per epoch
+        "selection": [found.as_json() for found in epochs],
         # `ouro controller`'s own conditions (null: no controller wrote any here)
         "controller": controller.controller if controller is not None else None,
         "lineages": [
@@ -361,8 +372,9 @@ def status_document(lines: Sequence[StatusLine],
     }
 
 
-def status_json(lines: Sequence[StatusLine], controller: ControllerStatus | None = None) -> str:
-    return json_text(json.dumps(status_document(lines, controller), indent=2,
+def status_json(lines: Sequence[StatusLine], controller: ControllerStatus | None = None,
+                epochs: Sequence[SetEpochs] = ()) -> str:
+    return json_text(json.dumps(status_document(lines, controller, epochs), indent=2,
                                 ensure_ascii=False, default=str) + "\n")
 
 
@@ -404,17 +416,25 @@ def conditions_text(found: LineageConditions) -> str:
 
 
 def print_status(lines: Sequence[StatusLine], stream: IO[str] | None = None,
-                 controller: ControllerStatus | None = None) -> None:
+                 controller: ControllerStatus | None = None,
+                 epochs: Sequence[SetEpochs] = ()) -> None:
     """Each lineage's block; a set's members under the set's heading and their cell's
-    (indented), a set's orphans in their cells, marked ``orphaned``, as plan shows them.
+    (indented), a set's orphans in their cells, marked ``orphaned``, as plan shows them;
+    a selected set's epochs under its heading (``epochs``).
     ``controller``: `ouro controller`'s block first."""
     console = _console(stream)
     for text, style in controller_lines(controller) if controller is not None else ():
         console.print(rich_text(text), style=style)
     members = [line.member for line in lines]
+    by_set = {found.set_name: found for found in epochs}
     for i, line in enumerate(lines):
-        for heading in headings(members, i):
+        shown = headings(members, i)
+        for j, heading in enumerate(shown):
             console.print(rich_text(heading), style="bold")
+            if j == 0 and line.member is not None and line.member.set_name in by_set \
+                    and heading.startswith("set "):
+                for text in epoch_lines(by_set.pop(line.member.set_name)):
+                    console.print(rich_text(text))
         _status_block(console, line, indent(line.member))
 
 
@@ -436,6 +456,9 @@ def _status_block(console: Console, line: StatusLine, pad: str) -> None:
     if line.until is not None:
         console.print(rich_text(f"{pad}  done ({line.until.code}): {line.until.message}"),
                       style="green")
+    if line.member is not None and line.member.not_selected is not None:
+        console.print(rich_text(f"{pad}  {stopped_text(line.member.not_selected)}"),
+                      style="yellow")
     if line.labels:
         console.print(rich_text(f"{pad}  labels: {_labels(line.labels)}"))
     if line.conditions is not None:

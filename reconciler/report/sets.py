@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from reconciler.report.stops import not_selected_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
 
-__all__ = ["ORPHANED", "SET_COLUMNS", "headings", "indent", "matrix_columns", "matrix_value",
-           "member_json", "set_values"]
+if TYPE_CHECKING:
+    from reconciler.engine.set_epochs import SetEpochs
+
+__all__ = ["ORPHANED", "SET_COLUMNS", "epoch_lines", "headings", "indent", "matrix_columns",
+           "matrix_value", "member_json", "set_values"]
+
+SHOWN_LIVING = 8  # the living members status names; more are counted
 
 ORPHANED = "orphaned: no longer in set {}; kept (nothing is deleted)"
 SET_COLUMNS = ("set", "cell", "replica", "orphaned")  # export's, then matrix.<key>
@@ -72,8 +78,12 @@ def member_json(member: Membership | None) -> dict[str, Any] | None:
     """A lineage's place in its set as JSON (status, log): null outside a set."""
     if member is None:
         return None
-    return {"name": member.set_name, "cell": member.cell, "replica": member.replica,
-            "matrix": dict(member.matrix), "orphaned": member.orphaned}
+    found = {"name": member.set_name, "cell": member.cell, "replica": member.replica,
+             "matrix": dict(member.matrix), "orphaned": member.orphaned}
+    if member.selection is not None:  # a selected set's member: its epoch, its stop
+        found.update(born_epoch=member.born_epoch,
+                     not_selected=not_selected_json(member.not_selected))
+    return found
 
 
 def matrix_columns(members: Sequence[Membership | None]) -> list[str]:
@@ -96,3 +106,23 @@ def set_values(member: Membership | None, columns: Sequence[str]) -> dict[str, A
             "orphaned": member.orphaned,
             **{column: member.matrix.get(column.removeprefix("matrix."))
                for column in columns}}
+
+
+def _g(value: float | None) -> str:
+    return "\u2014" if value is None else f"{value:g}"
+
+
+def epoch_lines(found: SetEpochs) -> list[str]:
+    """A selected set's epochs as ``ouro status`` shows them under the set's heading: the
+    current epoch of N, the living members, and per epoch the best and mean of ``by``."""
+    rule = found.rule
+    names = ", ".join(found.living[:SHOWN_LIVING]) + (
+        f", \u2026 ({len(found.living) - SHOWN_LIVING} more)"
+        if len(found.living) > SHOWN_LIVING else "")
+    out = [f"  selection: epoch {found.epoch} of {rule.epochs} ({rule.method} by {rule.by}, "
+           f"{'lowest' if rule.lowest else 'highest'} first); "
+           f"{plural(len(found.living), 'living member')}: {names or 'none'}",
+           f"    {'epoch':>5}  {'measured':>8}  {'best':>12}  {'mean':>12}"]
+    out += [f"    {one.epoch:>5}  {one.measured:>8}  {_g(one.best):>12}  {_g(one.mean):>12}"
+            for one in found.fitness]
+    return out

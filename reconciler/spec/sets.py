@@ -30,6 +30,7 @@ __all__ = [
     "INDEX_DIGITS",
     "Cell",
     "Membership",
+    "NotSelected",
     "cell_name",
     "cells",
     "member_document",
@@ -161,6 +162,40 @@ class Membership:
     matrix: dict[str, Any]
     orphaned: bool = False
     selection: SelectionSpec | None = None  # the set's spec.selection (None: no selection)
+    # A selected set's member (reconciler.engine.epochs, from the decisions' records): the
+    # epoch it was born into (1: the set's own members) and the decision that stopped it
+    # (None: living).
+    born_epoch: int = 1
+    not_selected: NotSelected | None = None
+
+    def epoch(self, generation: int) -> int | None:
+        """The epoch generation ``generation`` of this member ran in (None: not in a
+        selected set): its seed (0) is in the epoch it was born into; generations 1 to
+        ``every`` in that epoch, each further ``every`` in the next (an epoch is ``every``
+        generations of every living member)."""
+        if self.selection is None:
+            return None
+        return self.born_epoch + max(0, generation - 1) // self.selection.every
+
+
+@dataclass(frozen=True)
+class NotSelected:
+    """The decision at the end of ``epoch`` that stopped a member of a selected set (stop
+    reason ``not-selected``): the member's ``value`` of the rule's ``by`` at its
+    ``generation``, the last it has; nothing of it is deleted."""
+
+    epoch: int
+    generation: int
+    by: str
+    value: float | None
+    kept: int  # how many members that decision kept
+
+    @property
+    def message(self) -> str:
+        shown = "unknown" if self.value is None else f"{self.value:g}"
+        return (f"not selected at the end of epoch {self.epoch} ({self.by} {shown} at gen "
+                f"{self.generation}; {self.kept} kept); stopped at gen {self.generation}, "
+                "nothing deleted")
 
 
 def orphan_membership(set_name: str, name: str,

@@ -14,7 +14,10 @@ A row joins, for one generation of one lineage:
 - the summary's ``GenerationRow`` (``reconciler.state.summaries``): outcome, sizes,
   model calls, spend, CPU, memory, kernel;
 - the lineage's place in its set (``Membership``: set, cell, replica, orphaned,
-  matrix values), ``None`` outside a set;
+  matrix values), ``None`` outside a set; in a selected set (``spec.selection``), the
+  ``epoch`` the generation ran in (``Membership.epoch``: a member born into epoch b ran
+  its generations 1..every in b, each further ``every`` in the next epoch; its seed,
+  row 0, is in b), ``None`` elsewhere;
 - its descent (``Descent``): a fork's parent lineage and the parent's generation it
   was born from, and the absolute generation counted from the root ancestor's seed
   (``None``, unknown, when an ancestor is not present or not the recorded one);
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DESCENT_COLUMNS",
+    "EPOCH_COLUMN",
     "FAILURE_PREFIX",
     "FIXED_COLUMNS",
     "MATRIX_PREFIX",
@@ -64,8 +68,10 @@ __all__ = [
 
 ROW_COLUMNS: tuple[str, ...] = COLUMNS  # the summary's GenerationRow, in its order
 SET_COLUMNS = ("set", "cell", "replica", "orphaned")
+EPOCH_COLUMN = "epoch"  # a selected set's: the epoch the generation ran in
 DESCENT_COLUMNS = ("parent_lineage", "parent_generation", "absolute_generation")
-FIXED_COLUMNS: tuple[str, ...] = ("lineage", *ROW_COLUMNS, *SET_COLUMNS, *DESCENT_COLUMNS)
+FIXED_COLUMNS: tuple[str, ...] = ("lineage", *ROW_COLUMNS, *SET_COLUMNS, EPOCH_COLUMN,
+                                  *DESCENT_COLUMNS)
 PROBE_PREFIX = "probe."  # probe.<name>.<metric>: a value the probe printed
 FAILURE_PREFIX = "probe_failure."  # probe_failure.<name>: why that probe failed
 MATRIX_PREFIX = "matrix."  # matrix.<key>: the member's cell's value, as the set writes it
@@ -141,6 +147,7 @@ _OWN: dict[str, Callable[[TableRow], Any]] = {
     "cell": _member("cell"),
     "replica": _member("replica"),
     "orphaned": _member("orphaned"),
+    EPOCH_COLUMN: lambda row: None if row.member is None else row.member.epoch(row.generation),
     "parent_lineage": lambda row: row.descent.parent_lineage,
     "parent_generation": lambda row: row.descent.parent_generation,
     "absolute_generation": lambda row: row.absolute_generation,

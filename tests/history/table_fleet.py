@@ -103,7 +103,7 @@ def _row(lineage: str, generation: int, status: str, commit: str, **more: Any) -
         "provider": "echo", "model": "echo", "lineage_commit": commit, "observed": True,
         "kernel_commit": None, "kernel_fingerprint": None, "ran_with": "not-recorded",
         "truncated_calls": 0, "stops_lineage": False, "usage_exceeds_request": False,
-        "set": None, "cell": None, "replica": None, "orphaned": None,
+        "set": None, "cell": None, "replica": None, "orphaned": None, "epoch": None,
         "parent_lineage": None, "parent_generation": None,
         "absolute_generation": generation,
         "probe.shape.bytes": None, "probe.shape.note": None, "probe.shape.ok": None,

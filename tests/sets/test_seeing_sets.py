@@ -137,8 +137,9 @@ def test_export_carries_set_and_matrix_columns(grown: tuple[Path, list[str]],
     rows = list(csv.DictReader(io.StringIO(out)))
     header = out.splitlines()[0].split(",")
     assert header[-2:] == ["matrix.model", "matrix.ceilings.wall"]
-    design = ["set", "cell", "replica", "orphaned", "parent_lineage", "parent_generation"]
-    assert header[header.index("usage_exceeds_request") + 1:][:6] == design
+    design = ["set", "cell", "replica", "orphaned", "epoch", "parent_lineage",
+              "parent_generation"]  # epoch: empty, a set without selection
+    assert header[header.index("usage_exceeds_request") + 1:][:7] == design
     assert [row["lineage"] for row in rows] == [  # rows 0, 1, 2: the seed first
         name for name in names for _ in (0, 1, 2)] + ["alone"] * 2
     first = rows[0]

@@ -1,0 +1,103 @@
+"""What ``ouro status`` shows of a selected LineageSet: its epochs. Read-only.
+
+Rule: nothing is decided here. The current epoch and the living members are
+``reconciler.engine.epochs``' (the decisions' records); each epoch's fitness is read from
+the one per-generation table (``reconciler.state.table``): the value of the rule's
+``by`` at each member's last generation of that epoch (the generation a decision at its
+end reads), with its count, best (``lowest`` decides which) and mean. An epoch whose
+members have not yet reached its end counts only those that have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconciler.engine.epochs import current_epoch
+from reconciler.spec.load import LoadedSpec
+from reconciler.spec.selection import SelectionSpec
+from reconciler.state.table import GenerationTable, LineageTable
+
+__all__ = ["EpochFitness", "SetEpochs", "epoch_fitness", "set_epochs"]
+
+
+@dataclass(frozen=True)
+class EpochFitness:
+    """The rule's ``by`` over the members measured at the end of ``epoch``."""
+
+    epoch: int
+    measured: int  # members with a numeric value at their last generation of the epoch
+    best: float | None
+    mean: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "measured": self.measured, "best": self.best,
+                "mean": self.mean}
+
+
+@dataclass(frozen=True)
+class SetEpochs:
+    """A selected set as ``ouro status`` shows it."""
+
+    set_name: str
+    rule: SelectionSpec
+    epoch: int  # the current epoch (the records decided every one before it)
+    living: tuple[str, ...]  # the members of the current epoch (the survivors and the born)
+    fitness: tuple[EpochFitness, ...]  # epoch 1 to the current one
+
+    def as_json(self) -> dict[str, Any]:
+        return {"set": self.set_name, "epoch": self.epoch, "epochs": self.rule.epochs,
+                "method": self.rule.method, "by": self.rule.by, "lowest": self.rule.lowest,
+                "living": list(self.living),
+                "fitness": [one.as_json() for one in self.fitness]}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
+
+
+def epoch_fitness(lineages: Sequence[LineageTable], rule: SelectionSpec,
+                  epoch: int) -> tuple[EpochFitness, ...]:
+    """Epochs 1 to ``epoch``: each member's ``by`` at its last generation of the epoch
+    (generation a multiple of ``every``), best and mean."""
+    found: dict[int, list[float]] = {number: [] for number in range(1, epoch + 1)}
+    for lineage in lineages:
+        member = lineage.member
+        if member is None or member.selection is None:
+            continue
+        for row in lineage.rows:
+            ran_in = member.epoch(row.generation)
+            value = _number(row.value(rule.by))
+            if (row.generation > 0 and row.generation % rule.every == 0 and value is not None
+                    and ran_in in found):
+                found[ran_in].append(value)
+    pick = min if rule.lowest else max
+    return tuple(EpochFitness(number, len(values), pick(values) if values else None,
+                              sum(values) / len(values) if values else None)
+                 for number, values in sorted(found.items()))
+
+
+def set_epochs(specs: Sequence[LoadedSpec], table: GenerationTable,
+               home: Path | None) -> list[SetEpochs]:
+    """Each selected set among ``specs`` (its members after the records, as the fleet
+    loads them): its current epoch, living members and fitness per epoch, from
+    ``table`` (those members' rows) and the records under ``home`` (the state dir)."""
+    sets: dict[str, list[LoadedSpec]] = {}
+    for spec in specs:
+        if spec.member is not None and spec.member.selection is not None:
+            sets.setdefault(spec.member.set_name, []).append(spec)
+    found: list[SetEpochs] = []
+    for set_name, members in sorted(sets.items()):
+        rule = members[0].member.selection if members[0].member else None
+        assert isinstance(rule, SelectionSpec)
+        epoch, living = (1, sorted(spec.name for spec in members)) if home is None \
+            else current_epoch(members, rule, home)
+        mine = [lineage for lineage in table.lineages
+                if lineage.member is not None and lineage.member.set_name == set_name]
+        found.append(SetEpochs(set_name, rule, epoch, tuple(living),
+                               epoch_fitness(mine, rule, epoch)))
+    return found
