@@ -83,6 +83,11 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_death_streak_and_a_target_reached_are_notified_once_each"),
         "target-reached sent twice"),
     Mutation(
+        "budget-block-forgotten", _CONTROLLER + "loop.py",
+        "            blocked = budget.message()\n", "            pass\n",
+        (_TRANSITIONS + "test_the_budget_stays_blocked_through_passes_that_start_nothing",),
+        "a pass that starts nothing clears the day's budget block (status says unblocked)"),
+    Mutation(
         "death-streak-every-death", _CONTROLLER + "loop.py",
         "            if streak == self.settings.death_streak:",
         "            if streak >= self.settings.death_streak:",

@@ -261,3 +261,24 @@ def test_a_lineage_done_because_its_spec_changed_is_said_once(was: str, done: bo
     before = {} if was == "absent" else {"x": _ready(was)}
     found = newly_done(before, {"x": STOP} if done else {})
     assert found == ([("x", STOP)] if said else [])
+
+
+def test_the_budget_stays_blocked_through_passes_that_start_nothing(
+        controller: tuple[Controller, Sent, Source]) -> None:
+    """Blocked once ($0.60 spent, $0.50 worst case, $1.00 a day), a later pass that
+    starts nothing (every lineage settled) neither clears the block nor notifies it
+    again; the next day, or a spend that fits, clears it."""
+    from decimal import Decimal
+
+    from reconciler.engine.controller.budget import DailyBudget
+
+    found, sent, _source = controller
+    budget = DailyBudget(Decimal("1.00"), spent=Decimal("0.60"), worst=Decimal("0.50"))
+    found._spent(budget, budget.message())
+    for _pass in range(3):
+        found._spent(budget, None)  # nothing was tried this pass
+        assert found.own.budget is not None and found.own.budget["blocked"], _pass
+    assert sent.names().count("budget-exhausted") == 1
+    fits = DailyBudget(Decimal("1.00"), spent=Decimal("0.40"), worst=Decimal("0.50"))
+    found._spent(fits, None)
+    assert found.own.budget["blocked"] is None

@@ -407,6 +407,12 @@ class Controller:
                     spent_usd=str(budget.spent), limit_usd=str(budget.limit),
                     share=str(share), **self._where())
         was = self.own.budget is not None and self.own.budget.get("blocked") is not None
+        if (blocked is None and was and self.own.budget is not None
+                and self.own.budget.get("day") == day
+                and budget.spent + budget.worst > budget.limit):
+            # a pass that started nothing (every lineage settled, or none admitted to
+            # try): the day's budget still refuses the next generation
+            blocked = budget.message()
         self.own.budget = {"day": day, "spent_usd": str(budget.spent),
                            "limit_usd": str(budget.limit), "blocked": blocked}
         if blocked and not was:
