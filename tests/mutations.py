@@ -88,6 +88,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (_TRANSITIONS + "test_the_budget_stays_blocked_through_passes_that_start_nothing",),
         "a pass that starts nothing clears the day's budget block (status says unblocked)"),
     Mutation(
+        "controller-epoch-targets-stale", _CONTROLLER + "loop.py",
+        "            self.passes.forget()  # a kept member's target moved",
+        "            pass  # a kept member's target moved",
+        ("tests/controller/test_selection.py::"
+         "test_the_controller_runs_every_epoch_of_a_selected_set",),
+        "the controller's next epoch leaves its kept members at the old epoch's target"),
+    Mutation(
         "death-streak-every-death", _CONTROLLER + "loop.py",
         "            if streak == self.settings.death_streak:",
         "            if streak >= self.settings.death_streak:",

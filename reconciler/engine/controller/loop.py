@@ -137,6 +137,7 @@ class Controller:
         self.notifier = Notifier(settings.notify, say)
         self.own = _Own()
         self.specs: list[LoadedSpec] = []
+        self._folder: Path | None = None  # the adopted revision's checkout
         self.stopping = threading.Event()
         self.wake = threading.Event()
         self._hup = False
@@ -328,6 +329,7 @@ class Controller:
         """Check ``commit`` out and load its specs; ``newest``: it is the branch's head,
         so any bad commit reported before it is behind us."""
         revision = self.source.adopt(commit)
+        self._folder = revision.folder
         self.specs = self._load(revision.folder)
         self.own.revision = commit
         if newest and not quiet:
@@ -370,6 +372,8 @@ class Controller:
         self.passes.limits = None
         if budget is not None:
             self._spent(budget, result.budget_blocked)
+        if self._next_epoch():
+            return True  # a selected set has a new epoch: the next pass runs it at once
         for name, now in newly_refused(before, self.passes.views):
             self.notifier.send("refused", f"ouro: lineage {name} refused ({now.reason}): "
                                f"{now.message}", lineage=name, reason=now.reason,
@@ -381,6 +385,26 @@ class Controller:
                 lineage=name, generation=stop.generation, reason=stop.code,
                 message=stop.message, spec_changed=True, **self._where())
         return result.cut_by_deadline
+
+    def _next_epoch(self) -> bool:
+        """Record each selected set's decision that no longer waits (as `ouro apply` does
+        between its rounds, docs/selection.md) and load the specs again, whose members
+        the records change; True when one was recorded."""
+        if self._folder is None or not any(
+                spec.member is not None and spec.member.selection is not None
+                for spec in self.specs):
+            return False
+        from reconciler.engine.selection import advance
+
+        where = [self._folder / self.settings.path]
+        if not advance(Fleet(self.settings.state_dir, command="ouro controller"), where):
+            return False
+        self.specs = self._load(self._folder)
+        if self.passes is not None:
+            self.passes.forget()  # a kept member's target moved, its spec file did not
+        self.say("ouro controller: a selected set's epoch ended: its decision is recorded; "
+                 "its next epoch runs now")
+        return True
 
     def _budget(self) -> DailyBudget | None:
         limit = self.settings.max_spend_per_day
