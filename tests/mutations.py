@@ -196,6 +196,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_kernel_restores_by_the_documented_rule_and_the_audit_finds_it_so",),
         "a death restores an older body equal to the one it extends (the kernel and the "
         "audit share the rule)"),
+    Mutation(
+        "apply-report-last-epoch-only", "reconciler/engine/session.py",
+        "        return replace(later, lineages=[*earlier.values(), *joined],",
+        "        return later\n        return replace(later, lineages=[*earlier.values(), *joined],",
+        ("tests/selection/test_population.py::test_eight_replicas_three_epochs_keep_four",),
+        "apply's report of a selected set only its last epoch's"),
     # selection (reconciler/plan/selection, engine/selection_records)
     Mutation(
         "truncation-keeps-one-less", _SELECTION + "truncation.py",

@@ -166,7 +166,8 @@ def apply_command(
         reporter = PlainReporter()
     outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
     while outcome.exit_code == 0 and outcome.selected and _selected(request):  # next epoch
-        outcome = _applied(request, _Terminal(yes=True, quiet=as_json), reporter, as_json=as_json)
+        outcome = outcome.then(_applied(request, _Terminal(yes=True, quiet=as_json), reporter,
+                                        as_json=as_json))
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:

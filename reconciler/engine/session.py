@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
@@ -108,6 +108,30 @@ class ApplyOutcome:
         if self.unfinished and self.stopped_by not in ("deadline", "max-generations"):
             return 1
         return 0
+
+    def then(self, later: ApplyOutcome) -> ApplyOutcome:
+        """This round's outcome followed by ``later``'s (a selected set's next epoch, in the
+        same `ouro apply`): each lineage's generations, outcomes, spend, measurements and
+        errors summed; its planned action the first round's, where it ended the last's; a
+        lineage new in the later round (a member born into its epoch) added in its place."""
+        earlier = {result.name: result for result in self.lineages}
+        joined = [_joined(earlier.pop(result.name), result) if result.name in earlier
+                  else result for result in later.lineages]
+        return replace(later, lineages=[*earlier.values(), *joined],
+                       event_log_failed=later.event_log_failed or self.event_log_failed)
+
+
+def _joined(first: LineageResult, then: LineageResult) -> LineageResult:
+    """One lineage's results over two rounds of one apply."""
+    return replace(
+        then, planned_action=first.planned_action,
+        generations_run=first.generations_run + then.generations_run,
+        outcomes=first.outcomes + then.outcomes, spend_usd=first.spend_usd + then.spend_usd,
+        errors=[*first.errors, *then.errors], recovered=then.recovered or first.recovered,
+        model_failures=first.model_failures + then.model_failures,
+        last_model_failure=then.last_model_failure or first.last_model_failure,
+        audit=then.audit or first.audit, measured=first.measured + then.measured,
+        probe_failures=first.probe_failures + then.probe_failures)
 
 
 @dataclass(frozen=True)

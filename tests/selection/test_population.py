@@ -86,8 +86,15 @@ def test_eight_replicas_three_epochs_keep_four(specs: Path, env: dict[str, str],
     assert code == 2
     assert before["selection"][0]["waits_for"] == [
         f"pop-{i}: generation 2 (has 0)" for i in range(8)]
-    applied = run_ouro("apply", "--yes", str(specs), env=env, timeout=900)
+    applied = run_ouro("apply", "--yes", "--json", str(specs), env=env, timeout=900)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    # apply's report is the whole apply's, every epoch's: 3 epochs of 8 living members
+    # x 2 generations, each measured; the 16 members of every epoch each once
+    report = json.loads(applied.stdout)["lineages"]
+    assert sum(item["generations_run"] for item in report) == 48
+    assert sum(item["measured"] for item in report) == 48 + 16  # and each member's seed
+    assert len({item["name"] for item in report}) == len(report) == 16
+    assert {item["planned_action"] for item in report} == {"create"}
     state = tmp_path / "state"
     first = read_record(default_places(state / "pop-0", "pop-0"), "pop", 1)
     assert first is not None
