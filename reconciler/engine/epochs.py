@@ -30,6 +30,7 @@ from reconciler.spec.selection import SelectionSpec
 from reconciler.spec.sets import NotSelected
 
 __all__ = ["EPOCH_LABEL", "PARENT_LABEL", "expand", "read_record", "record_branch",
+           "selected_sets",
            "write_record"]
 
 RECORD_FILE = "decision.json"
@@ -37,6 +38,19 @@ EPOCH_LABEL = "ouro/epoch"
 PARENT_LABEL = "ouro/parent"
 SET_LABEL = "ouro/set"
 _SIGNATURE = ("ouro", "ouro@localhost")
+
+
+def selected_sets(specs: Sequence[LoadedSpec]
+                  ) -> list[tuple[str, SelectionSpec, list[LoadedSpec]]]:
+    """Each selected set among ``specs`` (sorted by name): its name, its rule and its
+    members, in the order they come."""
+    members: dict[str, list[LoadedSpec]] = {}
+    rules: dict[str, SelectionSpec] = {}
+    for spec in specs:
+        if spec.member is not None and spec.member.selection is not None:
+            members.setdefault(spec.member.set_name, []).append(spec)
+            rules.setdefault(spec.member.set_name, spec.member.selection)
+    return [(name, rules[name], members[name]) for name in sorted(members)]
 
 
 def record_branch(set_name: str, epoch: int) -> str:

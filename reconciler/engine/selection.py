@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.engine.epochs import EPOCH_LABEL, current_epoch, write_record
+from reconciler.engine.epochs import EPOCH_LABEL, current_epoch, selected_sets, write_record
 from reconciler.engine.selection_records import evidence
 from reconciler.plan.selection import Candidate, Decision, columns, decide, rng
 from reconciler.spec.load import LoadedSpec
@@ -91,14 +91,8 @@ def selections(specs: Sequence[LoadedSpec], table_of: Any,
     """The decision of each selected set among ``specs`` at the end of its current epoch
     (``table_of(names)``: the table of those lineages; ``home``: the state dir, where
     the records are; None: the first epoch). A set past its last epoch has none."""
-    members: dict[str, list[LoadedSpec]] = {}
-    for spec in specs:
-        if spec.member is not None and spec.member.selection is not None:
-            members.setdefault(spec.member.set_name, []).append(spec)
     found: list[SetSelection] = []
-    for set_name, chosen in sorted(members.items()):
-        rule = chosen[0].member.selection if chosen[0].member else None
-        assert isinstance(rule, SelectionSpec)
+    for set_name, rule, chosen in selected_sets(specs):
         epoch, names = FIRST_EPOCH, sorted(spec.name for spec in chosen)
         if home is not None:
             epoch, names = current_epoch(chosen, rule, home)

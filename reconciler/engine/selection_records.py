@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reconciler.engine.epochs import read_record
+from reconciler.engine.epochs import read_record, selected_sets
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.selection import Candidate, decide, rng
 from reconciler.spec.load import LoadedSpec
@@ -81,14 +81,8 @@ def check(specs: Sequence[LoadedSpec], home: Path | None) -> list[str]:
     """Every finding of every selected set's recorded decisions (empty: all follow)."""
     if home is None:
         return []
-    sets: dict[str, list[LoadedSpec]] = {}
-    for spec in specs:
-        if spec.member is not None and spec.member.selection is not None:
-            sets.setdefault(spec.member.set_name, []).append(spec)
     said: list[str] = []
-    for set_name, members in sorted(sets.items()):
-        rule = members[0].member.selection if members[0].member else None
-        assert isinstance(rule, SelectionSpec)
+    for set_name, rule, members in selected_sets(specs):
         paths = {spec.name: spec.paths() for spec in members}
         size = sum(1 for spec in members if "ouro/epoch" not in spec.labels)
         for epoch in range(1, rule.epochs):

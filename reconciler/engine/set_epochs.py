@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.engine.epochs import current_epoch
+from reconciler.engine.epochs import current_epoch, selected_sets
 from reconciler.spec.load import LoadedSpec
 from reconciler.spec.selection import SelectionSpec
 from reconciler.state.table import GenerationTable, LineageTable
@@ -86,14 +86,8 @@ def set_epochs(specs: Sequence[LoadedSpec], table: GenerationTable,
     """Each selected set among ``specs`` (its members after the records, as the fleet
     loads them): its current epoch, living members and fitness per epoch, from
     ``table`` (those members' rows) and the records under ``home`` (the state dir)."""
-    sets: dict[str, list[LoadedSpec]] = {}
-    for spec in specs:
-        if spec.member is not None and spec.member.selection is not None:
-            sets.setdefault(spec.member.set_name, []).append(spec)
     found: list[SetEpochs] = []
-    for set_name, members in sorted(sets.items()):
-        rule = members[0].member.selection if members[0].member else None
-        assert isinstance(rule, SelectionSpec)
+    for set_name, rule, members in selected_sets(specs):
         epoch, living = (1, sorted(spec.name for spec in members)) if home is None \
             else current_epoch(members, rule, home)
         mine = [lineage for lineage in table.lineages
