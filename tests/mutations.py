@@ -199,9 +199,25 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "apply-report-last-epoch-only", "reconciler/engine/session.py",
         "        return replace(later, lineages=[*earlier.values(), *joined],",
-        "        return later\n        return replace(later, lineages=[*earlier.values(), *joined],",
+        "        return later\n"
+        "        return replace(later, lineages=[*earlier.values(), *joined],",
         ("tests/selection/test_population.py::test_eight_replicas_three_epochs_keep_four",),
         "apply's report of a selected set only its last epoch's"),
+    Mutation(
+        "viewer-born-members-not-expanded", "reconciler/viewer/server.py",
+        "    loaded = expand(load_specs(specs, state_dir=state_dir), state_dir_or_none(state_dir))",
+        "    loaded = load_specs(specs, state_dir=state_dir)",
+        ("tests/viewer/test_browser_selection.py::"
+         "test_a_selected_sets_page_shows_its_epochs_fitness_and_family",),
+        "the viewer reads a selected set without its decisions: the born members are not its"),
+    Mutation(
+        "viewer-tree-flat", "reconciler/viewer/epochs.py",
+        "                nodes[parent].children.append(nodes[name])\n"
+        "                placed.add(name)",
+        "                pass",
+        ("tests/viewer/test_browser_selection.py::"
+         "test_a_selected_sets_page_shows_its_epochs_fitness_and_family",),
+        "the family tree drawn without its born members under their parents"),
     # selection (reconciler/plan/selection, engine/selection_records)
     Mutation(
         "truncation-keeps-one-less", _SELECTION + "truncation.py",

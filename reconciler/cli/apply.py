@@ -164,10 +164,8 @@ def apply_command(
         reporter = LiveReporter()
     else:
         reporter = PlainReporter()
-    outcome = _applied(request, _Terminal(yes=yes, quiet=as_json), reporter, as_json=as_json)
-    while outcome.exit_code == 0 and outcome.selected and _selected(request):  # next epoch
-        outcome = outcome.then(_applied(request, _Terminal(yes=True, quiet=as_json), reporter,
-                                        as_json=as_json))
+    outcome = _epochs(request, _applied(request, _Terminal(yes=yes, quiet=as_json), reporter,
+                                        as_json=as_json), reporter, as_json=as_json)
     if as_json:
         sys.stdout.write(apply_json(outcome))
     else:
@@ -188,6 +186,16 @@ def _applied(request: ApplyRequest, ui: _Terminal, reporter: PlainReporter, *,
         if as_json:
             sys.stdout.write(refusal_json(str(error)))
         raise
+
+
+def _epochs(request: ApplyRequest, outcome: ApplyOutcome, reporter: PlainReporter, *,
+            as_json: bool) -> ApplyOutcome:
+    """A selected set's next epochs, each applied after its decision is recorded (no
+    second question), the outcomes summed into one."""
+    while outcome.exit_code == 0 and outcome.selected and _selected(request):
+        outcome = outcome.then(_applied(request, _Terminal(yes=True, quiet=as_json), reporter,
+                                        as_json=as_json))
+    return outcome
 
 
 def _selected(request: ApplyRequest) -> bool:

@@ -20,7 +20,7 @@ from reconciler.spec.load import LoadedSpec
 from reconciler.spec.selection import SelectionSpec
 from reconciler.state.table import GenerationTable, LineageTable
 
-__all__ = ["EpochFitness", "SetEpochs", "epoch_fitness", "set_epochs"]
+__all__ = ["EpochFitness", "SetEpochs", "epoch_fitness", "epoch_values", "set_epochs"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,12 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def epoch_fitness(lineages: Sequence[LineageTable], rule: SelectionSpec,
-                  epoch: int) -> tuple[EpochFitness, ...]:
+def epoch_values(lineages: Sequence[LineageTable], rule: SelectionSpec,
+                 epoch: int) -> dict[int, dict[str, float]]:
     """Epochs 1 to ``epoch``: each member's ``by`` at its last generation of the epoch
-    (generation a multiple of ``every``), best and mean."""
-    found: dict[int, list[float]] = {number: [] for number in range(1, epoch + 1)}
+    (generation a multiple of ``every``), member by member (the members with a numeric
+    value there)."""
+    found: dict[int, dict[str, float]] = {number: {} for number in range(1, epoch + 1)}
     for lineage in lineages:
         member = lineage.member
         if member is None or member.selection is None:
@@ -74,11 +75,18 @@ def epoch_fitness(lineages: Sequence[LineageTable], rule: SelectionSpec,
             value = _number(row.value(rule.by))
             if (row.generation > 0 and row.generation % rule.every == 0 and value is not None
                     and ran_in in found):
-                found[ran_in].append(value)
+                found[ran_in][lineage.name] = value
+    return found
+
+
+def epoch_fitness(lineages: Sequence[LineageTable], rule: SelectionSpec,
+                  epoch: int) -> tuple[EpochFitness, ...]:
+    """Epochs 1 to ``epoch``: ``epoch_values``' count, best and mean."""
     pick = min if rule.lowest else max
     return tuple(EpochFitness(number, len(values), pick(values) if values else None,
                               sum(values) / len(values) if values else None)
-                 for number, values in sorted(found.items()))
+                 for number, values in ((number, list(found.values())) for number, found
+                                        in sorted(epoch_values(lineages, rule, epoch).items())))
 
 
 def set_epochs(specs: Sequence[LoadedSpec], table: GenerationTable,

@@ -56,7 +56,7 @@ from reconciler.state.reproduction_record import Kept, load, record_dir
 from reconciler.state.stops import stop_stamp
 from reconciler.state.summaries import LineageSummary, heads, summarize
 from reconciler.state.table import LineageTable, lineage_table
-from reconciler.viewer import family, pages, raw, sets
+from reconciler.viewer import epochs, family, pages, raw, sets
 from reconciler.viewer.plots import (
     FLEET_PLOTS,
     PLOTS,
@@ -337,6 +337,23 @@ def _set_view(source: FleetSource, set_name: str, metric_name: str
     return metric, sets.cells_of(members), columns
 
 
+def _selection(source: FleetSource, set_name: str) -> epochs.SelectionView | None:
+    """A selected set's epochs, fitness, family tree and grid (None: the set does not
+    select, or is not here)."""
+    found = [(name, shown, shown.member) for name, shown in source.lineages().items()
+             if shown.member is not None and shown.member.set_name == set_name
+             and not shown.member.orphaned]
+    rule = next((member.selection for _n, _s, member in found if member is not None
+                 and member.selection is not None), None)
+    if rule is None:
+        return None
+    members = [epochs.Member(name, shown.paths, source.known(name, shown).table,
+                             member.born_epoch,
+                             member.not_selected.epoch if member.not_selected else None)
+               for name, shown, member in found if member is not None]
+    return epochs.selection_view(set_name, rule, members)
+
+
 def _set_page(source: FleetSource, page: Callable[[Request, str, dict[str, Any]], Response],
               missing: Callable[[Request, str], Response], request: Request) -> Response:
     name = str(request.path_params["name"])
@@ -344,7 +361,19 @@ def _set_page(source: FleetSource, page: Callable[[Request, str, dict[str, Any]]
     if view is None:
         return missing(request, "no such set here, or no such metric for it (a set's page "
                        "needs the set's spec: ouro view SPEC...)")
-    return page(request, "set.html", sets.set_context(name, *view))
+    selected = _selection(source, name)
+    context = sets.set_context(name, *view)
+    context["selection"] = None if selected is None else {
+        **epochs.as_context(selected),
+        "plot": f"/set-fitness/{quote(name, safe='')}.svg"}
+    return page(request, "set.html", context)
+
+
+def _set_fitness_image(source: FleetSource, request: Request) -> Response:
+    selected = _selection(source, str(request.path_params["name"]))
+    if selected is None:
+        return PlainTextResponse("404: no such plot\n", status_code=404)
+    return _svg(epochs.render_fitness_svg(selected))
 
 
 def _set_plot_image(source: FleetSource, request: Request) -> Response:
@@ -360,7 +389,8 @@ def _set_routes(source: FleetSource, page: Callable[[Request, str, dict[str, Any
                 missing: Callable[[Request, str], Response]) -> list[Route]:
     """A set's page and its plot (``reconciler.viewer.sets``)."""
     return [Route("/set/{name}", raw.heavy(partial(_set_page, source, page, missing))),
-            Route("/set-plot/{name}/{metric}.svg", raw.heavy(partial(_set_plot_image, source)))]
+            Route("/set-plot/{name}/{metric}.svg", raw.heavy(partial(_set_plot_image, source))),
+            Route("/set-fitness/{name}.svg", raw.heavy(partial(_set_fitness_image, source)))]
 
 
 def _diff_context(source: FleetSource, name: str, shown: Shown,

@@ -26,9 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from reconciler.engine.epochs import expand
 from reconciler.engine.sets import grouped
 from reconciler.errors import OuroError
 from reconciler.report.words import plural
+from reconciler.spec.fork_parents import state_dir_or_none
 from reconciler.spec.load import load_specs
 from reconciler.spec.load import state_dir as resolve_state_dir
 from reconciler.state.fleet import fleet, summary_cache_dir
@@ -51,7 +53,9 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
                                  suspended=bool(item.spec and item.spec.spec.spec.suspend))
                 for item in fleet(specs, state_dir)}
 
-    source = FleetSource(find, fixed=bool(specs), stamp=lambda: spec_stamp(specs))
+    home = resolve_state_dir(state_dir)
+    source = FleetSource(find, fixed=bool(specs),
+                         stamp=lambda: (spec_stamp(specs), _lineages_here(home)))
     source.cache_dir = summary_cache_dir(state_dir)
     source.state_dir = resolve_state_dir(state_dir)  # `ouro controller`'s conditions, if any
     source.lineages()  # a bad spec is reported now, before anything is served
@@ -61,7 +65,8 @@ def make_source(specs: Sequence[Path], state_dir: Path | None) -> FleetSource:
 def _from_specs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, Shown]:
     """The specs' lineages, each set's members together cell by cell with its orphans
     (``reconciler.engine.sets``: as status shows them), each with its place in its set."""
-    loaded = load_specs(specs, state_dir=state_dir)
+    # a selected set's members after its decisions' records (docs/selection.md)
+    loaded = expand(load_specs(specs, state_dir=state_dir), state_dir_or_none(state_dir))
     found = {}
     for item in grouped(loaded, loaded, state_dir):
         spec = item.spec
@@ -72,6 +77,15 @@ def _from_specs(specs: Sequence[Path], state_dir: Path | None) -> dict[str, Show
             {probe.name: probe.digest for probe in spec.probes} if spec else {},
             member=item.member, suspended=bool(body and body.suspend))
     return found
+
+
+def _lineages_here(home: Path) -> tuple[str, ...]:
+    """The names in the state dir: a member born of a selection's decision appears
+    there (its spec file unchanged), and the specs are read again."""
+    try:
+        return tuple(sorted(os.listdir(home)))
+    except OSError:
+        return ()
 
 
 def spec_stamp(specs: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
