@@ -187,7 +187,7 @@ def _begin(marker: Path) -> None:
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
-        os.write(fd, b"a fork's birth began here; see docs/forks.md\n")
+        os.write(fd, b"a fork's birth began here and has not ended (docs/contract.md)\n")
         os.fsync(fd)
     finally:
         os.close(fd)
