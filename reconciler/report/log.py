@@ -20,8 +20,8 @@ from reconciler.envelope import envelope
 from reconciler.errors import OuroError
 from reconciler.plan.probes import UntilStop
 from reconciler.report.escape import json_text, terminal
+from reconciler.report.not_selected import stopped_text
 from reconciler.report.sets import ORPHANED, headings, indent, member_json
-from reconciler.report.stops import stopped_text
 from reconciler.report.words import plural
 from reconciler.state.summaries import GenerationRow
 from reconciler.state.table import EPOCH_COLUMN, GenerationTable, LineageTable, TableRow

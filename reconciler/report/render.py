@@ -21,8 +21,8 @@ from reconciler.envelope import FORMAT_VERSION, envelope
 from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.report.calls import finality
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
+from reconciler.report.not_selected import NOT_SELECTED, not_selected_json, stopped_text
 from reconciler.report.sets import ORPHANED, epoch_lines, headings, indent, member_json
-from reconciler.report.stops import NOT_SELECTED, not_selected_json, stopped_text
 from reconciler.report.words import plural
 from reconciler.state.conditions import ControllerStatus, LineageConditions
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from reconciler.report.stops import not_selected_json
+from reconciler.report.not_selected import not_selected_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
 

@@ -16,9 +16,8 @@ apply left for it (``reconciler.state.stops``), while the lineage's heads are th
 it names.
 
 A selected set's member a decision stopped (``not-selected``) is stopped by the
-decision's record, not by anything it recorded itself: ``reconciler.engine.epochs``
-reads it into the member's place (``Membership.not_selected``); ``stopped_text`` and
-``not_selected_json`` are how ``ouro status``, ``ouro plan`` and ``ouro log`` say it.
+decision's record, not by anything it recorded itself: ``reconciler.report.not_selected``
+says it.
 """
 
 from __future__ import annotations
@@ -31,16 +30,12 @@ from reconciler.plan.continuation import decide
 from reconciler.report.calls import MAX_TEXT
 from reconciler.report.words import plural
 from reconciler.spec.models import ModelSpec
-from reconciler.spec.sets import NotSelected
 from reconciler.state.failures import failed_streak
 from reconciler.state.history import record
 from reconciler.state.stops import read_stop
 from reconciler.state.summaries import LineageSummary
 
-__all__ = ["NOT_SELECTED", "STREAK_LIMIT", "Stopped", "lineage_stop", "not_selected_json",
-           "stopped_text"]
-
-NOT_SELECTED = "not-selected"  # the stop reason of a member a selection decision stopped
+__all__ = ["STREAK_LIMIT", "Stopped", "lineage_stop"]
 
 # Without a spec no run of failed generations stops a lineage in what is shown
 # (decide's third rule never fires); the run is counted up to this many.
@@ -114,15 +109,3 @@ def lineage_stop(paths: LineagePaths, summary: LineageSummary,
                                      f"call fail{known}", streak, model is not None)
     return None
 
-
-def stopped_text(stop: NotSelected) -> str:
-    """One line: a member a selection decision stopped, and why."""
-    return f"stopped ({NOT_SELECTED}): {stop.message}"
-
-
-def not_selected_json(stop: NotSelected | None) -> dict[str, Any] | None:
-    """The decision that stopped a member, as JSON (null: none stopped it)."""
-    if stop is None:
-        return None
-    return {"reason": NOT_SELECTED, "epoch": stop.epoch, "generation": stop.generation,
-            "by": stop.by, "value": stop.value, "kept": stop.kept, "message": stop.message}

@@ -178,6 +178,9 @@ class Membership:
         return self.born_epoch + max(0, generation - 1) // self.selection.every
 
 
+NOT_SELECTED = "not-selected"  # the stop reason of a member a selection decision stopped
+
+
 @dataclass(frozen=True)
 class NotSelected:
     """The decision at the end of ``epoch`` that stopped a member of a selected set (stop

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from reconciler.spec.selection import SelectionSpec
+from reconciler.spec.sets import NOT_SELECTED
 
 __all__ = [
     "NOT_SELECTED",
@@ -29,8 +30,6 @@ __all__ = [
     "rank",
     "rng",
 ]
-
-NOT_SELECTED = "not-selected"  # a stopped member's stop reason
 
 
 @dataclass(frozen=True)
