@@ -353,6 +353,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    pick = min if rule.lowest else max", "    pick = max if rule.lowest else min",
         (_SHOWN + "test_status_shows_not_selected_and_the_epochs",),
         "status's best of an epoch the worst one"),
+    Mutation(
+        "forked-broker-loads-ca-again", "reconciler/kernel/broker/forkserver.py",
+        "    providers.tls_context()  # the CA", "    pass  # the CA",
+        ("tests/kernel_broker/test_fork_server.py::"
+         "test_a_forked_broker_verifies_tls_with_the_context_the_server_made_once",),
+        "the fork server forks without the TLS context: every broker loads the CA bundle"),
+    Mutation(
+        "provider-ignores-shared-tls", "reconciler/kernel/broker/providers.py",
+        "retries=0,\n                                                                 "
+        "verify=tls_context()))",
+        "retries=0))",
+        ("tests/kernel_broker/test_fork_server.py::"
+         "test_a_forked_broker_verifies_tls_with_the_context_the_server_made_once",),
+        "an HTTP provider makes its own TLS context (the CA bundle loaded per broker)"),
 )
 
 

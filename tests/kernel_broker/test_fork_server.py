@@ -134,3 +134,46 @@ def test_a_killed_kernel_leaves_no_server_and_no_broker(tmp_path: Path) -> None:
     assert not _alive(pids["server"]) and not _alive(pids["broker"])
     # the broker closed its audit as any broker does when its kernel goes
     assert Broker.read_audit(tmp_path / "private") == []
+
+
+# In a fresh process (this checkout's code) as the fork server is: its preload, then a fork; the
+# child (a generation's broker) makes its HTTP provider with loading CA certificates
+# forbidden, so it succeeds only on the context the server made before forking.
+_TLS_ONCE = textwrap.dedent("""\
+    import json, os, ssl, sys
+    from reconciler.kernel.base.config import ModelConfig
+    from reconciler.kernel.broker import forkserver, providers
+    forkserver._preload()
+    made = providers._TLS[0] if providers._TLS else None  # (what the preload made)
+    pid = os.fork()
+    if pid == 0:
+        def refused(*args, **kwargs):
+            raise RuntimeError("a forked broker loaded the CA bundle again")
+        ssl.SSLContext.load_verify_locations = refused
+        ssl.SSLContext.load_default_certs = refused
+        try:
+            provider = providers.make_provider(
+                ModelConfig(provider="openai", name="m", base_url="https://127.0.0.1:9"),
+                "sk-x", 0)
+            pool = provider.client._transport._pool
+            os.write(1, json.dumps({"same": pool._ssl_context is made}).encode() + b"\\n")
+            os._exit(0)
+        except BaseException as exc:
+            os.write(1, json.dumps({"error": repr(exc)}).encode() + b"\\n")
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"status": os.waitstatus_to_exitcode(status),
+                          "required": made is not None
+                                      and made.verify_mode == ssl.CERT_REQUIRED,
+                          "hostname": made is not None and made.check_hostname}))
+""")
+
+
+def test_a_forked_broker_verifies_tls_with_the_context_the_server_made_once() -> None:
+    done = subprocess.run([sys.executable, "-c", _TLS_ONCE], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    child, parent = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(child) == {"same": True}, child
+    # and it is httpx's default: certificates and host names verified
+    assert json.loads(parent) == {"status": 0, "required": True, "hostname": True}

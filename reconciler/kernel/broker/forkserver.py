@@ -45,6 +45,8 @@ def _preload() -> None:
 
     from . import ledger, providers  # noqa: F401
 
+    providers.tls_context()  # the CA bundle loaded once, not by every generation's broker
+
 
 def _child(request: dict[str, Any], fds: list[int]) -> int:
     """In the forked child: become the generation's broker."""

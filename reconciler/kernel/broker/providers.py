@@ -72,6 +72,7 @@ __all__ = [
     "redact",
     "replay_files",
     "run_request",
+    "tls_context",
 ]
 
 # What a provider is (its key, base URL, model list, wire format): ``base.registry``.
@@ -395,6 +396,21 @@ def auth_headers(provider: str, key: str | None) -> dict[str, str]:
     return WIRE_FORMATS[provider].headers(key)
 
 
+_TLS: list[Any] = []  # the TLS context every HTTP provider of this process verifies with
+
+
+def tls_context() -> Any:
+    """The process's one TLS context (httpx's default: certifi's CA bundle, verification
+    on), made at first use. The broker fork server makes it before it forks (it holds no
+    key, and the context holds none), so a generation's broker does not load the CA bundle
+    again: that was most of a forked broker's CPU (docs/benchmarks.md)."""
+    if not _TLS:
+        import httpx
+
+        _TLS.append(httpx.create_ssl_context())
+    return _TLS[0]
+
+
 class HttpProvider:
     """A provider reached over HTTPS/HTTP with httpx; its own retries are ours (none inside)."""
 
@@ -410,7 +426,8 @@ class HttpProvider:
                         **self.wire.headers(api_key)}
         self.secret = api_key
         self.client = httpx.Client(trust_env=False, follow_redirects=False,
-                                   transport=httpx.HTTPTransport(retries=0))
+                                   transport=httpx.HTTPTransport(retries=0,
+                                                                 verify=tls_context()))
 
     def attempt(self, prompt: str, max_tokens: int, timeout: float) -> Completion:
         try:
