@@ -349,10 +349,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         (_SHOWN + "test_plan_and_log_show_the_stopped_members",),
         "a member a selection stopped planned as an ordinary lineage in sync"),
     Mutation(
-        "epoch-fitness-best-is-first", "reconciler/engine/set_epochs.py",
-        "    pick = min if rule.lowest else max", "    pick = max if rule.lowest else min",
+        "epoch-fitness-best-is-first", "reconciler/report/epoch_fitness.py",
+        "    pick = min if lowest else max", "    pick = max if lowest else min",
         (_SHOWN + "test_status_shows_not_selected_and_the_epochs",),
         "status's best of an epoch the worst one"),
+    Mutation(
+        "epoch-ci-of-another-epoch", "reconciler/report/epoch_fitness.py",
+        "        group = groups.get(_group(epoch))",
+        "        group = groups.get(_group(max(values)))",
+        (_SHOWN + "test_status_shows_not_selected_and_the_epochs",),
+        "every epoch's n, mean and CI read from the last epoch's group"),
+    Mutation(
+        "epoch-ci-depends-on-order", "reconciler/report/epoch_fitness.py",
+        "for name, value in sorted(found.items())]", "for name, value in found.items()]",
+        ("tests/selection/test_epoch_fitness.py::"
+         "test_the_same_values_in_another_order_give_the_same_interval",),
+        "an epoch's CI resampled in the order a table happened to read its members"),
     Mutation(
         "forked-broker-loads-ca-again", "reconciler/kernel/broker/forkserver.py",
         "    providers.tls_context()  # the CA", "    pass  # the CA",

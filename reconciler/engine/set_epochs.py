@@ -4,13 +4,14 @@ Rule: nothing is decided here. The current epoch and the living members are
 ``reconciler.engine.epochs``' (the decisions' records); each epoch's fitness is read from
 the one per-generation table (``reconciler.state.table``): the value of the rule's
 ``by`` at each member's last generation of that epoch (the generation a decision at its
-end reads), with its count, best (``lowest`` decides which) and mean. An epoch whose
-members have not yet reached its end counts only those that have.
+end reads). An epoch whose members have not yet reached its end has only those that
+have. Their statistics (count, best, mean and its CI) are the report layer's
+(``reconciler.report.epoch_fitness``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,21 +21,7 @@ from reconciler.spec.load import LoadedSpec
 from reconciler.spec.selection import SelectionSpec
 from reconciler.state.table import GenerationTable, LineageTable
 
-__all__ = ["EpochFitness", "SetEpochs", "epoch_fitness", "epoch_values", "set_epochs"]
-
-
-@dataclass(frozen=True)
-class EpochFitness:
-    """The rule's ``by`` over the members measured at the end of ``epoch``."""
-
-    epoch: int
-    measured: int  # members with a numeric value at their last generation of the epoch
-    best: float | None
-    mean: float | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "measured": self.measured, "best": self.best,
-                "mean": self.mean}
+__all__ = ["SetEpochs", "epoch_values", "set_epochs"]
 
 
 @dataclass(frozen=True)
@@ -45,13 +32,13 @@ class SetEpochs:
     rule: SelectionSpec
     epoch: int  # the current epoch (the records decided every one before it)
     living: tuple[str, ...]  # the members of the current epoch (the survivors and the born)
-    fitness: tuple[EpochFitness, ...]  # epoch 1 to the current one
+    values: Mapping[int, Mapping[str, float]]  # epoch 1 to the current one: member -> by
 
     def as_json(self) -> dict[str, Any]:
+        """The set and its epochs (their fitness: ``reconciler.report.epoch_fitness``)."""
         return {"set": self.set_name, "epoch": self.epoch, "epochs": self.rule.epochs,
                 "method": self.rule.method, "by": self.rule.by, "lowest": self.rule.lowest,
-                "living": list(self.living),
-                "fitness": [one.as_json() for one in self.fitness]}
+                "living": list(self.living)}
 
 
 def _number(value: Any) -> float | None:
@@ -79,20 +66,10 @@ def epoch_values(lineages: Sequence[LineageTable], rule: SelectionSpec,
     return found
 
 
-def epoch_fitness(lineages: Sequence[LineageTable], rule: SelectionSpec,
-                  epoch: int) -> tuple[EpochFitness, ...]:
-    """Epochs 1 to ``epoch``: ``epoch_values``' count, best and mean."""
-    pick = min if rule.lowest else max
-    return tuple(EpochFitness(number, len(values), pick(values) if values else None,
-                              sum(values) / len(values) if values else None)
-                 for number, values in ((number, list(found.values())) for number, found
-                                        in sorted(epoch_values(lineages, rule, epoch).items())))
-
-
 def set_epochs(specs: Sequence[LoadedSpec], table: GenerationTable,
                home: Path | None) -> list[SetEpochs]:
     """Each selected set among ``specs`` (its members after the records, as the fleet
-    loads them): its current epoch, living members and fitness per epoch, from
+    loads them): its current epoch, living members and values per epoch, from
     ``table`` (those members' rows) and the records under ``home`` (the state dir)."""
     found: list[SetEpochs] = []
     for set_name, rule, members in selected_sets(specs):
@@ -101,5 +78,5 @@ def set_epochs(specs: Sequence[LoadedSpec], table: GenerationTable,
         mine = [lineage for lineage in table.lineages
                 if lineage.member is not None and lineage.member.set_name == set_name]
         found.append(SetEpochs(set_name, rule, epoch, tuple(living),
-                               epoch_fitness(mine, rule, epoch)))
+                               epoch_values(mine, rule, epoch)))
     return found

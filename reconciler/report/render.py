@@ -22,7 +22,14 @@ from reconciler.plan import ACTIONS, Change, LineagePlan, Plan
 from reconciler.report.calls import finality
 from reconciler.report.escape import json_text, markdown, markdown_code, rich_text, terminal
 from reconciler.report.not_selected import NOT_SELECTED, not_selected_json, stopped_text
-from reconciler.report.sets import ORPHANED, epoch_lines, headings, indent, member_json
+from reconciler.report.sets import (
+    ORPHANED,
+    epoch_lines,
+    epochs_json,
+    headings,
+    indent,
+    member_json,
+)
 from reconciler.report.words import plural
 from reconciler.state.conditions import ControllerStatus, LineageConditions
 
@@ -337,7 +344,7 @@ def status_document(lines: Sequence[StatusLine], controller: ControllerStatus | 
     return {
         **envelope("ouro-status"),
         # each selected set's current epoch, living members and fitness per epoch
-        "selection": [found.as_json() for found in epochs],
+        "selection": [epochs_json(found) for found in epochs],
         # `ouro controller`'s own conditions (null: no controller wrote any here)
         "controller": controller.controller if controller is not None else None,
         "lineages": [

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from reconciler.report.epoch_fitness import epoch_fitness
 from reconciler.report.not_selected import not_selected_json
 from reconciler.report.words import plural
 from reconciler.spec.sets import Membership
@@ -18,8 +19,8 @@ from reconciler.spec.sets import Membership
 if TYPE_CHECKING:
     from reconciler.engine.set_epochs import SetEpochs
 
-__all__ = ["ORPHANED", "SET_COLUMNS", "epoch_lines", "headings", "indent", "matrix_columns",
-           "matrix_value", "member_json", "set_values"]
+__all__ = ["ORPHANED", "SET_COLUMNS", "epoch_lines", "epochs_json", "headings", "indent",
+           "matrix_columns", "matrix_value", "member_json", "set_values"]
 
 SHOWN_LIVING = 8  # the living members status names; more are counted
 
@@ -112,9 +113,17 @@ def _g(value: float | None) -> str:
     return "\u2014" if value is None else f"{value:g}"
 
 
+def epochs_json(found: SetEpochs) -> dict[str, Any]:
+    """A selected set's epochs in ``ouro status --json``: the set, its current epoch and
+    living members, and per epoch its fitness (``reconciler.report.epoch_fitness``)."""
+    return {**found.as_json(), "fitness": [one.as_json() for one in
+                                           epoch_fitness(found.values, found.rule.lowest)]}
+
+
 def epoch_lines(found: SetEpochs) -> list[str]:
     """A selected set's epochs as ``ouro status`` shows them under the set's heading: the
-    current epoch of N, the living members, and per epoch the best and mean of ``by``."""
+    current epoch of N, the living members, and per epoch the count, best and mean of
+    ``by`` with the mean's 95% CI."""
     rule = found.rule
     names = ", ".join(found.living[:SHOWN_LIVING]) + (
         f", \u2026 ({len(found.living) - SHOWN_LIVING} more)"
@@ -122,7 +131,9 @@ def epoch_lines(found: SetEpochs) -> list[str]:
     out = [f"  selection: epoch {found.epoch} of {rule.epochs} ({rule.method} by {rule.by}, "
            f"{'lowest' if rule.lowest else 'highest'} first); "
            f"{plural(len(found.living), 'living member')}: {names or 'none'}",
-           f"    {'epoch':>5}  {'measured':>8}  {'best':>12}  {'mean':>12}"]
-    out += [f"    {one.epoch:>5}  {one.measured:>8}  {_g(one.best):>12}  {_g(one.mean):>12}"
-            for one in found.fitness]
+           f"    {'epoch':>5}  {'measured':>8}  {'best':>12}  {'mean':>12}  95% CI of the mean"]
+    out += [f"    {one.epoch:>5}  {one.measured:>8}  {_g(one.best):>12}  {_g(one.mean):>12}  "
+            + ("\u2014" if one.ci_low is None or one.ci_high is None
+               else f"[{one.ci_low:g}, {one.ci_high:g}]")
+            for one in epoch_fitness(found.values, rule.lowest)]
     return out

@@ -7,10 +7,10 @@ candidates' observation repositories), shown as written: kept, stopped (``not-se
 and born (a fork of whom, at which generation), with the values it read. The fitness of
 an epoch is the rule's ``by`` at each member's last generation of it, from the one
 per-generation table (``reconciler.engine.set_epochs.epoch_values``, what ``ouro
-status`` counts); its mean and 95% CI are ``reconciler.report.statistics``' (the same
-bootstrap as `ouro compare`, each epoch a group), its best the highest (lowest with
-``lowest: true``). The family tree is drawn from the records: the set's own members
-are its roots, each born member under its parent; a member a decision stopped is
+status`` counts); its count, best, mean and 95% CI are
+``reconciler.report.epoch_fitness``' (as ``ouro status`` shows them: the same bootstrap
+as `ouro compare`, each epoch a group). The family tree is drawn from the records: the
+set's own members are its roots, each born member under its parent; a member a decision stopped is
 marked ``stopped``. A MAP-Elites grid places each candidate of a decision in its bin
 (``reconciler.plan.selection.map_elites.bin_of``, the decision's own function) and names
 each bin's elite. Drawn as SVG by matplotlib (``reconciler.viewer.plots``' figure):
@@ -30,7 +30,7 @@ from reconciler.engine.set_epochs import epoch_values
 from reconciler.kernel.base.config import LineagePaths
 from reconciler.plan.selection import Candidate
 from reconciler.plan.selection.map_elites import bin_of
-from reconciler.report.statistics import MemberSeries, compare_at
+from reconciler.report.epoch_fitness import EpochFitness, epoch_fitness
 from reconciler.spec.selection import SelectionSpec
 from reconciler.state.table import LineageTable
 from reconciler.viewer import plots
@@ -136,20 +136,12 @@ def _grid(rule: SelectionSpec, record: Mapping[str, Any]) -> tuple[tuple[str, st
                  for where, (name, value) in sorted(found.items()))
 
 
-def _fitness(values: Mapping[int, Mapping[str, float]], rule: SelectionSpec
-             ) -> dict[int, tuple[int, float | None, float | None, float | None, float | None]]:
-    """epoch -> (n, best, mean, CI low, CI high): each epoch one group of
-    ``report.statistics`` (read at a generation 0 of its own)."""
-    members = [MemberSeries(f"{name}@{epoch}", f"epoch {epoch}", 0, {0: value})
-               for epoch, found in values.items() for name, value in found.items()]
-    groups = {group.group: group for group in compare_at(members, 0, pairs=False).groups}
-    out = {}
-    for epoch, found in values.items():
-        group = groups.get(f"epoch {epoch}")
-        best = (min if rule.lowest else max)(found.values()) if found else None
-        out[epoch] = ((group.n, best, group.mean, group.ci_low, group.ci_high)
-                      if group is not None else (0, None, None, None, None))
-    return out
+def _numbers(found: EpochFitness | None
+             ) -> tuple[int, float | None, float | None, float | None, float | None]:
+    """An epoch's n, best, mean and CI (none measured: 0 and nothing)."""
+    if found is None:
+        return 0, None, None, None, None
+    return found.measured, found.best, found.mean, found.ci_low, found.ci_high
 
 
 def _tree(members: Sequence[Member], epochs: Sequence[EpochView]) -> tuple[Node, ...]:
@@ -174,9 +166,9 @@ def selection_view(set_name: str, rule: SelectionSpec,
             break
         records[epoch] = found
     current = len(records) + 1
-    fitness = _fitness(epoch_values([m.table for m in members], rule, current), rule)
-    epochs = tuple(EpochView(epoch, *fitness.get(epoch, (0, None, None, None, None)),
-                             record=records.get(epoch),
+    fitness = {one.epoch: one for one in epoch_fitness(
+        epoch_values([m.table for m in members], rule, current), rule.lowest)}
+    epochs = tuple(EpochView(epoch, *_numbers(fitness.get(epoch)), record=records.get(epoch),
                              grid=_grid(rule, records[epoch]) if epoch in records else ())
                    for epoch in range(1, current + 1))
     return SelectionView(rule, current, epochs, _tree(members, epochs))

@@ -16,7 +16,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from reconciler.engine.epochs import read_record
 from reconciler.spec.load import default_places
@@ -76,6 +78,19 @@ def test_export_has_the_epoch_each_generation_ran_in(
     assert {json.loads(line)["epoch"] for line in lines.stdout.splitlines()} == {1, 2}
 
 
+def _ci(by_name: dict[str, float]) -> dict[str, float | None]:
+    """The 95% CI of the mean the way `ouro compare` states it makes it (BCa, 9,999
+    resamples, seed 38, the values in their members' names' order), computed here by
+    scipy directly; equal values: that one point."""
+    values = [by_name[name] for name in sorted(by_name)]
+    if len(set(values)) == 1:
+        return {"ci_low": values[0], "ci_high": values[0]}
+    found = scipy_stats.bootstrap((np.array(values, dtype=np.float64),), np.mean,
+                                  n_resamples=9999, confidence_level=0.95, method="BCa",
+                                  rng=np.random.default_rng(38)).confidence_interval
+    return {"ci_low": float(found.low), "ci_high": float(found.high)}
+
+
 def test_status_shows_not_selected_and_the_epochs(
         population: tuple[Path, dict[str, str], dict[str, Any]]) -> None:
     specs, env, record = population
@@ -95,13 +110,21 @@ def test_status_shows_not_selected_and_the_epochs(
     (epochs,) = document["selection"]
     assert (epochs["set"], epochs["epoch"], epochs["epochs"]) == ("pop", 2, 2)
     assert epochs["living"] == living
-    first = list(record["values"].values())
-    second = [_recorded_value(state, name, 4 if name in record["kept"] else 2)
-              for name in living]  # each living member's last generation of epoch 2
+    first_named = dict(record["values"])
+    second_named = {name: _recorded_value(state, name, 4 if name in record["kept"] else 2)
+                    for name in living}  # each living member's last generation of epoch 2
+    first, second = list(first_named.values()), list(second_named.values())
     assert epochs["fitness"] == [
-        {"epoch": 1, "measured": 4, "best": max(first), "mean": mean(first)},
-        {"epoch": 2, "measured": 4, "best": max(second), "mean": mean(second)}]
+        {"epoch": 1, "measured": 4, "best": max(first), "mean": mean(first),
+         **_ci(first_named)},
+        {"epoch": 2, "measured": 4, "best": max(second), "mean": mean(second),
+         **_ci(second_named)}]
     text = run_ouro("status", str(specs), env=env).stdout
+    for number, named in ((1, first_named), (2, second_named)):
+        values, interval = list(named.values()), _ci(named)
+        assert re.search(rf"^ +{number} +4 +{max(values):g} +{mean(values):g} +"
+                         rf"\[{interval['ci_low']:g}, {interval['ci_high']:g}\]$", text,
+                         re.MULTILINE), text
     assert "selection: epoch 2 of 2 (truncation by probe.score.value, highest first); " \
            f"4 living members: {', '.join(living)}" in text, text
     for name in record["stopped"]:
