@@ -3,8 +3,8 @@ stopped by a decision (``not-selected``).
 
 Such a member is stopped by the decision's record, not by anything it recorded itself:
 ``reconciler.engine.epochs`` reads it into the member's place (``Membership.not_selected``).
-Kept apart from ``reconciler.report.stops`` (which reads a lineage's history) so that a plan
-that says it imports nothing of the history (tests/cli/test_startup_imports.py).
+Kept apart from ``reconciler.report.stops`` (which reads a lineage's history): a plan that
+only says it imports nothing of the history (tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations

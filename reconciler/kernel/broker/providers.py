@@ -48,13 +48,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
 
 from ..base import registry
 from ..base.config import ModelConfig
 from .ledger import Ledger, Reservation, Usage, estimate_prompt_tokens, usd_text
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "DEFAULT_BASE_URLS",
@@ -396,10 +399,10 @@ def auth_headers(provider: str, key: str | None) -> dict[str, str]:
     return WIRE_FORMATS[provider].headers(key)
 
 
-_TLS: list[Any] = []  # the TLS context every HTTP provider of this process verifies with
+_TLS: list[ssl.SSLContext] = []  # the TLS context every HTTP provider of this process verifies with
 
 
-def tls_context() -> Any:
+def tls_context() -> ssl.SSLContext:
     """The process's one TLS context (httpx's default: certifi's CA bundle, verification
     on), made at first use. The broker fork server makes it before it forks (it holds no
     key, and the context holds none), so a generation's broker does not load the CA bundle
