@@ -7,6 +7,11 @@ reproduce or the per-generation table and its exports lands (docs/architecture.m
     .venv/bin/python -m tests.mutations            # every mutation below
     .venv/bin/python -m tests.mutations NAME ...   # only these
     .venv/bin/python -m tests.mutations --list
+    python3 tests/mutations.py                     # the same, in the checkout's .venv
+
+Run by a Python without the tests' dependencies (pytest, pygit2), it runs itself again
+under the checkout's ``.venv/bin/python`` (made by the README's test command), or says
+how to make one.
 
 Each mutation names a file, an exact text that occurs once in it, the text that
 replaces it, and the tests that must fail when it does. The checkout is copied to a
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -35,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+_VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+_AGAIN = "OURO_MUTATIONS_IN_VENV"  # set when it ran itself again: never a second time
 NEVER_MUTATED = "reconciler/kernel/sandbox/"  # the isolation itself
 _LEFT_OUT = (".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", "__pycache__",
              "*.egg-info", ".hypothesis")
@@ -519,6 +527,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{mutation.name}: {mutation.path}: {mutation.why}\n    "
                   + "\n    ".join(mutation.tests))
         return 0
+    if not all(importlib.util.find_spec(name) for name in ("pytest", "pygit2")):
+        if _VENV_PYTHON.is_file() and not os.environ.get(_AGAIN):
+            os.execve(_VENV_PYTHON, [str(_VENV_PYTHON), str(Path(__file__).resolve()),
+                                     *(sys.argv[1:] if argv is None else argv)],
+                      {**os.environ, _AGAIN: "1"})
+        print(f"tests.mutations: {sys.executable} has no pytest or pygit2, and "
+              f"{_VENV_PYTHON} {'has none either' if _VENV_PYTHON.is_file() else 'is missing'}"
+              ": make the checkout's virtualenv with the README's test command, then run "
+              "this again", file=sys.stderr)
+        return 2
     return run(chosen, baseline=not args.no_baseline)
 
 

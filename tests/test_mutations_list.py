@@ -5,6 +5,9 @@ is the script's job, not this test's: docs/architecture.md.)"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +54,16 @@ def test_a_mutation_is_caught_only_when_every_claimed_test_fails() -> None:
     one = mutations.Ran(1, 1.0, "", ("t.py::a", "t.py::bb"))
     assert mutations.missed(mutation, one) == ["t.py::b"]
     assert mutations.missed(mutation, mutations.Ran(-1, 300.0, "timed out", ())) == []
+
+
+def test_a_python_without_the_test_dependencies_is_told_what_to_do() -> None:
+    """`python3 tests/mutations.py` by an interpreter without pytest and pygit2 (here:
+    site-packages off), told not to run itself again: a sentence and exit 2, never a
+    traceback."""
+    script = Path(mutations.__file__).resolve()
+    done = subprocess.run([sys.executable, "-S", str(script), "target-reached-twice"],
+                          cwd=script.parents[1], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OURO_MUTATIONS_IN_VENV": "1"}, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "has no pytest or pygit2" in done.stderr and "README's test command" in done.stderr
+    assert "Traceback" not in done.stderr
