@@ -56,11 +56,7 @@ class EpochView:
     decision as recorded."""
 
     epoch: int
-    n: int
-    best: float | None
-    mean: float | None
-    ci_low: float | None
-    ci_high: float | None
+    fitness: EpochFitness
     record: Mapping[str, Any] | None = None  # the decision at its end (None: not yet)
     grid: tuple[tuple[str, str, float | None], ...] = ()  # MAP-Elites: bin, elite, value
 
@@ -136,14 +132,6 @@ def _grid(rule: SelectionSpec, record: Mapping[str, Any]) -> tuple[tuple[str, st
                  for where, (name, value) in sorted(found.items()))
 
 
-def _numbers(found: EpochFitness | None
-             ) -> tuple[int, float | None, float | None, float | None, float | None]:
-    """An epoch's n, best, mean and CI (none measured: 0 and nothing)."""
-    if found is None:
-        return 0, None, None, None, None
-    return found.measured, found.best, found.mean, found.ci_low, found.ci_high
-
-
 def _tree(members: Sequence[Member], epochs: Sequence[EpochView]) -> tuple[Node, ...]:
     nodes = {m.name: Node(m.name, m.born_epoch, m.stopped_at) for m in members}
     placed: set[str] = set()
@@ -168,7 +156,7 @@ def selection_view(set_name: str, rule: SelectionSpec,
     current = len(records) + 1
     fitness = {one.epoch: one for one in epoch_fitness(
         epoch_values([m.table for m in members], rule, current), rule.lowest)}
-    epochs = tuple(EpochView(epoch, *_numbers(fitness.get(epoch)), record=records.get(epoch),
+    epochs = tuple(EpochView(epoch, fitness[epoch], record=records.get(epoch),
                              grid=_grid(rule, records[epoch]) if epoch in records else ())
                    for epoch in range(1, current + 1))
     return SelectionView(rule, current, epochs, _tree(members, epochs))
@@ -179,7 +167,7 @@ def render_fitness_svg(view: SelectionView) -> bytes:
     title = f"{view.rule.by} over epochs: best, mean and 95% CI".replace("$", r"\$")
     with plots._LOCK:
         figure, axes = plots._figure()
-        measured = [e for e in view.epochs if e.mean is not None]
+        measured = [e.fitness for e in view.epochs if e.fitness.mean is not None]
         numbers = [e.epoch for e in measured]
         if measured:
             axes.plot(numbers, [e.best for e in measured], marker="o", linewidth=1.2,
@@ -206,9 +194,10 @@ def as_context(view: SelectionView) -> dict[str, Any]:
 
     return {
         "rule": view.rule, "current": view.current,
-        "epochs": [{"epoch": e.epoch, "n": e.n, "best": text(e.best), "mean": text(e.mean),
-                    "ci": "—" if e.ci_low is None or e.ci_high is None
-                    else f"[{text(e.ci_low)}, {text(e.ci_high)}]",
+        "epochs": [{"epoch": e.epoch, "n": e.fitness.measured, "best": text(e.fitness.best),
+                    "mean": text(e.fitness.mean),
+                    "ci": "—" if e.fitness.ci_low is None or e.fitness.ci_high is None
+                    else f"[{text(e.fitness.ci_low)}, {text(e.fitness.ci_high)}]",
                     "decided": e.record is not None, "kept": e.kept, "stopped": e.stopped,
                     "born": e.born, "grid": [(where, name, text(value))
                                              for where, name, value in e.grid]}

@@ -144,7 +144,8 @@ _TLS_ONCE = textwrap.dedent("""\
     from reconciler.kernel.base.config import ModelConfig
     from reconciler.kernel.broker import forkserver, providers
     forkserver._preload()
-    made = providers._TLS[0] if providers._TLS else None  # (what the preload made)
+    made = (providers.tls_context() if providers.tls_context.cache_info().currsize
+            else None)  # (what the preload made, if it made one)
     pid = os.fork()
     if pid == 0:
         def refused(*args, **kwargs):

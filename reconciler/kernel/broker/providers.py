@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import json
 import os
 import random
@@ -399,19 +400,16 @@ def auth_headers(provider: str, key: str | None) -> dict[str, str]:
     return WIRE_FORMATS[provider].headers(key)
 
 
-_TLS: list[ssl.SSLContext] = []  # the TLS context every HTTP provider of this process verifies with
-
-
+@functools.cache
 def tls_context() -> ssl.SSLContext:
-    """The process's one TLS context (httpx's default: certifi's CA bundle, verification
-    on), made at first use. The broker fork server makes it before it forks (it holds no
-    key, and the context holds none), so a generation's broker does not load the CA bundle
-    again: that was most of a forked broker's CPU (docs/benchmarks.md)."""
-    if not _TLS:
-        import httpx
+    """The TLS context every HTTP provider of this process verifies with (httpx's default:
+    certifi's CA bundle, verification on), made at first use. The broker fork server
+    makes it before it forks (it holds no key, and the context holds none), so a
+    generation's broker does not load the CA bundle again: that was most of a forked
+    broker's CPU (docs/benchmarks.md)."""
+    import httpx
 
-        _TLS.append(httpx.create_ssl_context())
-    return _TLS[0]
+    return httpx.create_ssl_context()
 
 
 class HttpProvider:
