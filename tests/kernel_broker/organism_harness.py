@@ -34,8 +34,9 @@ class Life:
 
 def live(*, work: Path, kernel: Path, private: Path, model: ModelConfig, journal: str = "",
          generation: int = 1, replay_cursor: int = 0, start_broker: bool = True,
-         ceilings: Ceilings | None = None, timeout: float = 120) -> Life:
-    """One life: broker up, `emacs -Q --batch -l organism.el`, broker down."""
+         ceilings: Ceilings | None = None, timeout: float = 120, then: str = "") -> Life:
+    """One life: broker up, `emacs -Q --batch -l organism.el`, broker down; ``then``: Emacs
+    Lisp evaluated after the load, in the same Emacs."""
     kernel.mkdir(parents=True, exist_ok=True)
     (kernel / "journal.md").write_text(journal, encoding="utf-8")
     constraints = constraints_manifest(ceilings or Ceilings(), model)
@@ -48,7 +49,8 @@ def live(*, work: Path, kernel: Path, private: Path, model: ModelConfig, journal
              f" organism-work-directory {elisp_string(str(work) + '/')})")
     try:
         process = subprocess.run(
-            [EMACS, "-Q", "--batch", "--eval", setup, "-l", str(work / "organism.el")],
+            [EMACS, "-Q", "--batch", "--eval", setup, "-l", str(work / "organism.el"),
+             *(["--eval", then] if then else [])],
             cwd=work, capture_output=True, timeout=timeout,
             env={"HOME": str(work), "PATH": "/usr/bin:/bin"},
         )

@@ -178,3 +178,59 @@ def test_a_forked_broker_verifies_tls_with_the_context_the_server_made_once() ->
     assert json.loads(child) == {"same": True}, child
     # and it is httpx's default: certificates and host names verified
     assert json.loads(parent) == {"status": 0, "required": True, "hostname": True}
+
+
+WARMED = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from reconciler.kernel.base.config import ModelConfig
+    from reconciler.kernel.broker import door, forker
+    root = Path(sys.argv[1])
+    forker.ENABLED = sys.argv[2] == "forked"
+    door.warm()
+    door.warm()  # a second warm-up starts nothing more
+    servers = [server.pid for server, _ in forker._server]
+    if not forker.ENABLED:
+        print(json.dumps({"servers": servers}), flush=True)
+        sys.exit(0)
+    environ = Path(f"/proc/{servers[0]}/environ").read_bytes().split(b"\\0")
+    broker = door.Broker.start(kernel_dir=root / "kernel", private_dir=root / "private",
+                               model=ModelConfig(provider="echo", name="echo"),
+                               constraints={}, api_key=None, generation=1)
+    print(json.dumps({"servers": servers, "broker": broker.pid,
+                      "environ": sorted(e.decode() for e in environ if e),
+                      "now": [server.pid for server, _ in forker._server]}), flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_warmed_server_is_started_once_and_forks_the_first_broker(tmp_path: Path) -> None:
+    """``door.warm`` (an apply calls it before it births or extends a lineage): the server's
+    start-up is no longer the first generation's; the server is the one that forks the first
+    broker, it has no generation's HOME, and a killed kernel still leaves nothing behind."""
+    kernel = subprocess.Popen([sys.executable, "-c", WARMED, str(tmp_path), "forked"],
+                              cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert kernel.stdout is not None
+        seen = json.loads(kernel.stdout.readline())
+        (server,) = seen["servers"]
+        assert seen["now"] == [server]  # the broker came from the warmed server
+        assert f"PPid:\t{server}\n" in Path(f"/proc/{seen['broker']}/status").read_text()
+        assert seen["environ"] == ["HOME=/", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin",
+                                   "TMPDIR=/tmp"]
+    finally:
+        kernel.kill()
+        kernel.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_alive(server) or _alive(seen["broker"])):
+        time.sleep(0.05)
+    assert not _alive(server) and not _alive(seen["broker"])
+
+
+def test_no_server_is_warmed_where_brokers_are_not_forked(tmp_path: Path) -> None:
+    """A pinned kernel's own process (``forker.ENABLED`` False) starts no server."""
+    done = subprocess.run([sys.executable, "-c", WARMED, str(tmp_path), "fresh"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"servers": []}

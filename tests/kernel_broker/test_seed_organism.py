@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -21,7 +22,13 @@ import pytest
 from reconciler.kernel.base.config import Ceilings, ModelConfig, Price, constraints_manifest
 from reconciler.kernel.broker.door import capabilities
 from reconciler.kernel.transaction.lineage import ORGANISM
-from tests.kernel_broker.organism_harness import Life, defvar_value, live
+from tests.kernel_broker.organism_harness import (
+    EMACS,
+    Life,
+    defvar_value,
+    elisp_string,
+    live,
+)
 
 JOURNAL = "\n## gen 1 — no-change — 2026-11-29T15:45:59+00:00\n"
 REPLY = ';;; next — généré 🐍\n(message "the successor")\n'
@@ -81,6 +88,21 @@ def test_seed_asks_the_replay_model_and_becomes_its_reply(
     assert call["response_sha256"] == hashlib.sha256(REPLY.encode()).hexdigest()
     assert call["usage"] is None and call["accounted_usd"] == "0"
     assert life.report.accounted_usd == 0
+
+
+def test_a_life_of_the_seed_loads_no_library(tmp_path: Path, places: Places) -> None:
+    """Each library a life loads is paid for in every life (`json', `seq' and `subr-x'
+    were ~20 ms of a generation's ~100): the seed asks, installs and notes with what Emacs
+    has as it starts, so a whole life (its model call included) leaves `features' as
+    `emacs -Q --batch' starts with."""
+    found = tmp_path / "features.eld"
+    dump = f"(with-temp-file {elisp_string(str(found))} (prin1 features (current-buffer)))"
+    life = places.live(replay(tmp_path, REPLY), then=dump)
+    assert life.exit_status == 0, life.stderr
+    assert (places.work / "organism.el").read_bytes() == REPLY.encode("utf-8")  # it lived
+    started = subprocess.run([EMACS, "-Q", "--batch", "--eval", "(prin1 features)"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    assert found.read_text().split() == started.split()
 
 
 def test_the_prompt_variable_is_what_is_sent(tmp_path: Path, places: Places) -> None:

@@ -258,12 +258,8 @@ class Broker:
             log = open(private_dir / LOG_FILE, "ab")  # noqa: SIM115 (handed to the child)
         except OSError as exc:
             raise TransientError(f"kernel: cannot prepare the broker's directories: {exc}") from exc
-        environment = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(private_dir / "home"),
-            "TMPDIR": str(private_dir / "tmp"),
-            "LANG": "C.UTF-8",
-        }
+        environment = {**_ENVIRONMENT, "HOME": str(private_dir / "home"),
+                       "TMPDIR": str(private_dir / "tmp")}
         try:
             process = _start_process(environment, private_dir, log)
         except OSError as exc:
@@ -357,6 +353,19 @@ class Broker:
             record.pop("phase", None)
             calls.append(record)
         return calls
+
+
+# A broker's environment beside its own HOME and TMPDIR (inside its private folder).
+_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def warm() -> None:
+    """Start this process's broker fork server ahead of the first broker (``forker.start``),
+    when brokers are forked here; a server that cannot start now is started (or done
+    without) when the first broker is asked for, as before."""
+    if forker.ENABLED:
+        with contextlib.suppress(OSError):
+            forker.start(PACKAGE_ROOT, dict(_ENVIRONMENT), no_bytecode=sys.dont_write_bytecode)
 
 
 def _start_process(environment: dict[str, str], private_dir: Path,

@@ -32,7 +32,7 @@ from typing import IO
 
 from ..base.launch import module_command
 
-__all__ = ["ENABLED", "Forked", "spawn"]
+__all__ = ["ENABLED", "Forked", "spawn", "start"]
 
 # False in a pinned kernel's own process (``entry``): one process per generation, where a
 # server would be one process more, not one fewer.
@@ -122,6 +122,14 @@ def spawn(package_root: Path, env: dict[str, str], private_dir: Path,
             os.close(fd)
     pid = _pid_of(pidfd)
     return Forked(pid, pidfd, status_fd, open(stdin_w, "wb"), open(stdout_r, "rb"))
+
+
+def start(package_root: Path, env: dict[str, str], *, no_bytecode: bool) -> None:
+    """Start this process's server now, if none runs: its start-up (a Python, its imports,
+    the TLS context) then happens beside the caller's other work, not in the first
+    generation's. Raises ``OSError`` when it cannot be started."""
+    with _LOCK:
+        _control(package_root, env, no_bytecode)
 
 
 def _ask(package_root: Path, env: dict[str, str], request: bytes, fds: list[int],

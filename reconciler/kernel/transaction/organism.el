@@ -8,9 +8,9 @@
 ;; it is not installed, and the fact goes into notes.md, which the next life
 ;; shows the model.
 
-(require 'json)
-(require 'seq)
-(require 'subr-x)
+;; Nothing is `require'd: all this file uses is in Emacs as it starts
+;; (`json-parse-string' is built in since Emacs 27), and a library loaded
+;; here would be paid for again in every life.
 
 (defvar organism-manifest-file "/kernel/capabilities.json"
   "The kernel's description of what this world offers and enforces.")
@@ -66,8 +66,10 @@ byte and loaded in the next life.  An empty reply keeps the current version."
 
 (defun organism--capability (manifest name)
   "The capability called NAME in MANIFEST, or nil."
-  (seq-find (lambda (capability) (equal (alist-get 'name capability) name))
-            (alist-get 'capabilities manifest)))
+  (let ((found nil))
+    (dolist (capability (alist-get 'capabilities manifest) found)
+      (when (and (null found) (equal (alist-get 'name capability) name))
+        (setq found capability)))))
 
 (defun organism--limit (manifest key)
   "The number KEY of the manifest's model constraints, or nil."
@@ -116,7 +118,7 @@ when that body was cut off at the output-token limit, nil otherwise."
                                    (concat "http://kernel" path))
                                 (error (message "organism: cannot ask: %S" problem) nil))))
                   (and (eql status 0)
-                       (equal (string-trim (buffer-string)) "200")
+                       (string-match-p "\\`[ \t\n]*200[ \t\n]*\\'" (buffer-string))
                        (file-exists-p destination)
                        (> (file-attribute-size (file-attributes destination)) 0)
                        (if (organism--truncated-p headers) 'truncated 'ok)))))
@@ -147,19 +149,20 @@ when that body was cut off at the output-token limit, nil otherwise."
                          (if notes (concat "\n----- notes.md -----\n" notes) "")
                          "\n----- organism.el (current source) -----\n"
                          (or (organism--read-file self) ""))))
-    (pcase (organism--ask manifest prompt next)
-      ('ok (rename-file next self t))
-      ('truncated
-       (let ((size (file-attribute-size (file-attributes next))))
-         (delete-file next)
-         (organism--note
-          (format "a successor was cut off at the output-token limit (%d bytes); \
+    (let ((answer (organism--ask manifest prompt next)))
+      (cond
+       ((eq answer 'ok) (rename-file next self t))
+       ((eq answer 'truncated)
+        (let ((size (file-attribute-size (file-attributes next))))
+          (delete-file next)
+          (organism--note
+           (format "a successor was cut off at the output-token limit (%d bytes); \
 it was not installed" size)))
-       (message "organism: the reply was cut off; not installed"))
-      (_
-       (when (file-exists-p next)
-         (delete-file next))
-       (message "organism: no successor this time")))))
+        (message "organism: the reply was cut off; not installed"))
+       (t
+        (when (file-exists-p next)
+          (delete-file next))
+        (message "organism: no successor this time"))))))
 
 (organism-live)
 
