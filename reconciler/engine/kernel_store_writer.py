@@ -24,9 +24,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,7 @@ __all__ = [
     "remove_entry",
     "run_record",
     "store_running",
+    "warm_host_versions",
 ]
 
 # The kernel's Python dependencies, whose versions every observation records.
@@ -386,9 +387,39 @@ def _version_line(program: str, *args: str) -> str | None:
     return lines[0] if lines else None
 
 
-@cache
+_VERSIONS_LOCK = threading.Lock()
+_versions: list[Future[dict[str, str | None]]] = []  # at most one: this process's
+
+
+def _host_versions_future() -> Future[dict[str, str | None]]:
+    """The versions, read once per process on a thread of their own (``emacs --version``
+    is tens of milliseconds): the first caller starts it, every caller shares its answer."""
+    with _VERSIONS_LOCK:
+        if not _versions:
+            future: Future[dict[str, str | None]] = Future()
+
+            def read() -> None:
+                try:
+                    future.set_result(_read_host_versions())
+                except BaseException as error:  # handed to every caller of host_versions
+                    future.set_exception(error)
+
+            _versions.append(future)
+            threading.Thread(target=read, name="ouro-host-versions", daemon=True).start()
+        return _versions[0]
+
+
+def warm_host_versions() -> None:
+    """Start reading the versions now, beside what comes before they are needed."""
+    _host_versions_future()
+
+
 def host_versions() -> dict[str, str | None]:
     """Versions a generation runs with: Python, the kernel's packages, Emacs, bubblewrap."""
+    return dict(_host_versions_future().result())
+
+
+def _read_host_versions() -> dict[str, str | None]:
     import platform
     from importlib import metadata
 
@@ -474,6 +505,10 @@ def prepare(store: KernelStore, running: Identity, choice: KernelChoice | None,
     """Make the chosen kernel ready: this one stored, or the pinned one verified (and
     materialized from the checkout's objects first if it must be)."""
     if choice is None or choice.source == "running":
+        from reconciler.kernel.broker import door
+
+        warm_host_versions()  # both start beside what comes before a generation
+        door.warm()  # (the brokers' fork server)
         store_running(store, running)
         commit = choice.commit if choice is not None else running.commit
         if commit != running.commit:  # an identical kernel of another commit: known now

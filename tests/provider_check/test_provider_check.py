@@ -190,6 +190,21 @@ def test_offline_providers_are_not_probed() -> None:
     assert probe(ModelConfig(provider="echo", name="echo"), None).ok
 
 
+def test_an_offline_provider_costs_no_http_client() -> None:
+    """(httpx's import was ~50 ms of an offline apply, the default fleet's.)"""
+    program = ("import sys\n"
+               "from reconciler.engine.provider_check import Prober\n"
+               "from reconciler.kernel.base.config import ModelConfig\n"
+               "from reconciler.kernel.base.registry import OFFLINE_PROVIDERS\n"
+               "assert set(OFFLINE_PROVIDERS) == {'echo', 'replay'}\n"
+               "for provider in OFFLINE_PROVIDERS:\n"
+               "    assert Prober().check(ModelConfig(provider=provider, name='m'), None).ok\n"
+               "print('httpx' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+
+
 def test_a_prober_probes_each_configuration_once_even_in_parallel() -> None:
     calls: list[tuple[str, str | None]] = []
     gate = threading.Event()
