@@ -12,7 +12,6 @@ import json
 import re
 import shutil
 import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -303,9 +302,9 @@ def test_an_outage_after_the_probe_stops_the_lineage_instead_of_burning_generati
     def handler(seen: Seen, number: int) -> Reply:
         del number
         if not gone.is_set():
-            gone.set()  # the first request is the probe: answer it, then go down
-            threading.Thread(target=lambda: (time.sleep(0.3), fake.server.shutdown(),
-                                             fake.server.server_close()), daemon=True).start()
+            gone.set()  # the first request is the probe: go down, then answer it (this
+            fake.server.shutdown()  # connection stays open; a new one is refused at once,
+            fake.server.server_close()  # however soon the generation asks)
         return MODEL_LISTS["openai-compatible"]() if seen.method == "GET" else chat_ok("")
 
     with FakeProvider(handler) as fake:
