@@ -8,12 +8,14 @@ reply is the seed itself, so each generation asks the model once and ends as
 no-change), the real broker, bwrap and ceilings. Baseline, measured in the same
 run and interleaved with the generations so both see the same machine: the
 bare ``bwrap <the generation's own sandbox arguments> -- emacs -Q --batch``.
-Prints both medians and the difference; target: at most 0.25 s.
+Prints both medians and the difference; target: at most 0.05 s (issue 37).
 
 Physics release 2's confinement (the seccomp filter, the fresh session keyring, the
 life's own user namespace with its bounded counts, devpts and RLIMIT_NOFILE) is
 measured the same way: each round also runs one generation with
-``run_sandbox(confined=False)``; the median of the rounds' differences is its cost
+``run_sandbox(confined=False)`` and one confined, both starting their life in
+``run_sandbox`` (not staged ahead: only a confined life is); the median of the rounds'
+differences is its cost
 (the two medians and the life's CPU are printed too); target: at most 0.01 s
 (``--no-confinement-check`` to skip that comparison).
 """
@@ -40,7 +42,7 @@ from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.sandbox.life import bwrap_argv
 from reconciler.kernel.transaction.generation import real_runtime, run_generation
 
-TARGET_S = 0.25
+TARGET_S = 0.05  # issue 37: at most 0.05 s above bare bwrap + Emacs at a full core
 CONFINEMENT_TARGET_S = 0.01
 
 
@@ -97,22 +99,25 @@ def main() -> int:
         runtime = dataclasses.replace(
             real, start_broker=timed("broker start (beside the sandbox)", real.start_broker),
             run_sandbox=timed("sandbox (organism incl. its model call)", measured(True)))
-        unconfined = dataclasses.replace(runtime, run_sandbox=timed(
+        # the confinement's cost is measured between two generations that both start their
+        # life in run_sandbox (a staged life, started ahead, is a confined one only)
+        unstaged = dataclasses.replace(runtime, stage_sandbox=None)
+        unconfined = dataclasses.replace(runtime, stage_sandbox=None, run_sandbox=timed(
             "sandbox (organism incl. its model call)", measured(False)))
         parts: dict[str, list[float]] = {}
 
-        def generation(confined: bool = True) -> float:
+        def generation(confined: bool = True, staged: bool = True) -> float:
             spent.clear()
             began = time.monotonic()
-            outcome = run_generation(paths=paths, identity=identity, model=model,
-                                     ceilings=ceilings, api_key=None,
-                                     runtime=runtime if confined else unconfined)
+            outcome = run_generation(
+                paths=paths, identity=identity, model=model, ceilings=ceilings, api_key=None,
+                runtime=(unconfined if not confined else runtime if staged else unstaged))
             total = time.monotonic() - began
             assert outcome.outcome == "no-change", outcome
+            if not (confined and staged):
+                return total
             for name, seconds in spent.items():
                 parts.setdefault(name, []).append(seconds)
-            if not confined:
-                return total
             # the broker starts on its own thread while the sandbox does (it is overlapped)
             own = total - spent["sandbox (organism incl. its model call)"]
             parts.setdefault("kernel's own work (git, archive, marker, publish)", []).append(own)
@@ -124,11 +129,12 @@ def main() -> int:
         parts.clear()
         life_cpu[True].clear()
         life_cpu[False].clear()
-        generations, baselines, unconfined_runs = [], [], []
+        generations, baselines, confined_runs, unconfined_runs = [], [], [], []
         for _ in range(args.rounds):
             baselines.append(bare_emacs(empty, ceilings))
             generations.append(generation())
             if not args.no_confinement_check:
+                confined_runs.append(generation(staged=False))
                 unconfined_runs.append(generation(confined=False))
         measured = {name: list(values) for name, values in parts.items()}
 
@@ -154,15 +160,17 @@ def main() -> int:
     met = overhead <= TARGET_S
     if unconfined_runs:
         plain = statistics.median(unconfined_runs)
-        cost = gen - plain
-        print(f"one generation without physics release 2's confinement: median {plain:.3f} s "
-              f"(min {min(unconfined_runs):.3f})")
+        confined = statistics.median(confined_runs)
+        cost = confined - plain
+        print(f"one generation with its life started in run_sandbox, not staged ahead: median "
+              f"{confined:.3f} s (min {min(confined_runs):.3f}); without physics release 2's "
+              f"confinement: median {plain:.3f} s (min {min(unconfined_runs):.3f})")
         paired = statistics.median(
-            a - b for a, b in zip(generations, unconfined_runs, strict=True))
+            a - b for a, b in zip(confined_runs, unconfined_runs, strict=True))
         print(f"confinement (seccomp filter, fresh keyring, own user namespace with bounded "
               f"counts, devpts, resource limits): {cost:+.3f} s median, "
               f"{paired:+.3f} s median of the rounds' differences, "
-              f"{min(generations) - min(unconfined_runs):+.3f} s min to min "
+              f"{min(confined_runs) - min(unconfined_runs):+.3f} s min to min "
               f"(target <= {CONFINEMENT_TARGET_S:.2f} s, on the rounds' differences): "
               f"{'met' if paired <= CONFINEMENT_TARGET_S else 'MISSED'}")
         if life_cpu[False]:

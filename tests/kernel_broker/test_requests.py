@@ -22,6 +22,7 @@ from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, Reply, chat_ok, script
 
 ECHO = ModelConfig(provider="echo", name="echo", max_prompt_bytes=64, max_output_tokens=500)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_manifest_is_written_beside_the_socket_with_the_constraints_as_given(
@@ -298,3 +299,47 @@ def test_a_broker_starts_and_serves_when_the_process_holds_past_1024_descriptors
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert status == 200 and call["http_status"] == 200
+
+
+def _configuration(tmp_path: Path) -> bytes:
+    from reconciler.kernel.broker.door import model_json
+
+    (tmp_path / "kernel").mkdir()
+    config = {"api_key": None, "model": model_json(ECHO),
+              "constraints": constraints_manifest(Ceilings(), ECHO), "generation": 1,
+              "replay_cursor": 0, "kernel_dir": str(tmp_path / "kernel"),
+              "private_dir": str(tmp_path), "kernel_view": "/kernel"}
+    return json.dumps(config).encode() + b"\n"
+
+
+def _broker_process(tmp_path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "reconciler.kernel.broker.process"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+
+
+def test_the_configuration_line_may_arrive_in_pieces(tmp_path: Path) -> None:
+    """(The broker reads its configuration in blocks now, not byte by byte.)"""
+    line = _configuration(tmp_path)
+    assert len(line) > 4096  # the manifest's allow list: several blocks of a pipe's reads
+    process = _broker_process(tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for start in range(0, len(line), 1000):
+            process.stdin.write(line[start:start + 1000])
+            process.stdin.flush()
+            time.sleep(0.01)
+        assert process.stdout.readline() == b"ready\n"
+        assert (tmp_path / "kernel" / "capabilities.json").is_file()
+    finally:
+        process.stdin.close()  # the parent goes: the broker exits
+        assert process.wait(10) == 0
+
+
+def test_a_configuration_with_more_after_its_line_is_refused(tmp_path: Path) -> None:
+    process = _broker_process(tmp_path)
+    out, _ = process.communicate(_configuration(tmp_path) + b"more\n", timeout=30)
+    assert process.returncode == 1
+    assert out.startswith(b"error: JSONDecodeError: Extra data")
+    assert not (tmp_path / "kernel" / "model.sock").exists()

@@ -41,6 +41,10 @@ def _preload() -> None:
     """What every broker imports, imported once here (the reason this server exists)."""
     for name in process.UNUSED_MODULES:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    import encodings.idna  # noqa: F401  (a URL's host is encoded with it)
+
+    import h11  # noqa: F401
+    import httpcore  # noqa: F401  (httpx imports it, and h11, with its first transport)
     import httpx  # noqa: F401
 
     from . import ledger, providers  # noqa: F401

@@ -73,9 +73,21 @@ class Accounting:
 UNKNOWN = Accounting(None, None, None, None)
 
 
+class Gate(Protocol):
+    """A scope's first process, held at its gate: ``open`` lets it run its command,
+    ``abort`` kills it unrun."""
+
+    proc: subprocess.Popen[bytes]
+
+    def open(self, prepare: Callable[[int], None] | None = None) -> None: ...
+    def abort(self) -> None: ...
+
+
 class Scope(Protocol):
     backend: str
 
+    def start(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> Gate: ...
     def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
               **popen_kwargs: Any) -> subprocess.Popen[bytes]: ...
     def kill(self) -> None: ...
@@ -222,14 +234,23 @@ class _Gated:
         try:
             os.write(self._write_fd, b"go\n")
         finally:
-            os.close(self._write_fd)
+            self._close_gate()
+
+    def _close_gate(self) -> None:
+        """The gate's pipe, closed once (its number may be another file's afterwards)."""
+        fd, self._write_fd = self._write_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def abort(self) -> None:
         with contextlib.suppress(OSError):
-            os.close(self._write_fd)
+            self._close_gate()
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):  # nobody will read them
+            if stream is not None:
+                stream.close()
 
 
 def _popen_once(scope: _CgroupScope | SystemdScope) -> None:
@@ -358,8 +379,10 @@ class _CgroupScope:
     def _kill_file(self) -> Path | None:
         return None
 
-    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
-              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    def start(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> _Gated:
+        """The scope's one process tree: its first process in every group, held at its
+        gate, ``prepare(pid)`` done; it runs ``argv`` once the gate is opened."""
         _popen_once(self)
         gated = _Gated(argv, popen_kwargs)
         pid = gated.proc.pid
@@ -377,8 +400,19 @@ class _CgroupScope:
             raise CeilingError(
                 f"kernel: cannot put the generation into its {self.backend} scope: {exc}"
             ) from exc
-        gated.open(prepare)
+        if prepare is not None:
+            try:
+                prepare(pid)
+            except BaseException:
+                gated.abort()
+                raise
         self._proc = gated.proc
+        return gated
+
+    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        gated = self.start(argv, prepare=prepare, **popen_kwargs)
+        gated.open()
         return gated.proc
 
     def kill(self) -> None:
@@ -646,8 +680,10 @@ class SystemdScope:
         )
         return _systemctl_values(done.stdout.decode("utf-8", "replace"))
 
-    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
-              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    def start(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> _Gated:
+        """The unit's one process tree, held at its gate, ``prepare(pid)`` done (a
+        failure closes the scope); it runs ``argv`` once the gate is opened."""
         _popen_once(self)
         # systemd-run --scope execs its command: the gate is the unit's main process.
         # A user manager is found through these two variables; bwrap's --clearenv keeps
@@ -659,16 +695,23 @@ class SystemdScope:
         gated = _Gated(argv, popen_kwargs, wrap=self.run_argv)
         try:
             self._verify(gated.proc)
-        except CeilingError:
+            if prepare is not None:
+                prepare(gated.proc.pid)
+        except BaseException:
             gated.abort()
             self.close()
             raise
+        self._proc = gated.proc
+        return gated
+
+    def popen(self, argv: list[str], *, prepare: Callable[[int], None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        gated = self.start(argv, prepare=prepare, **popen_kwargs)
         try:
-            gated.open(prepare)
+            gated.open()
         except BaseException:
             self.close()
             raise
-        self._proc = gated.proc
         return gated.proc
 
     def _verify(self, proc: subprocess.Popen[bytes]) -> None:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..base.errors import PreflightError
 
-__all__ = ["in_fresh_session_keyring"]
+__all__ = ["in_fresh_session_keyring", "start_in_fresh_session_keyring"]
 
 T = TypeVar("T")
 
@@ -48,10 +48,18 @@ def _join_fresh_session_keyring() -> None:
         "a life never runs in the operator's keyring (check the kernel's key quotas)")
 
 
-def in_fresh_session_keyring(spawn: Callable[[], T]) -> T:
+def _popen_pid(value: object) -> int | None:
+    return value.pid if isinstance(value, subprocess.Popen) else None
+
+
+def start_in_fresh_session_keyring(
+        spawn: Callable[[], T], pid_of: Callable[[T], int | None] = _popen_pid,
+) -> Callable[[], T]:
     """``spawn()`` on a new thread that first joined a new anonymous session keyring, so
-    the processes it starts get that keyring and this process keeps its own. When it
-    returns a process, the thread lives on until that process has exited."""
+    the processes it starts get that keyring and this process keeps its own; returned at
+    once: a call of what is returned waits for ``spawn``'s value (or raises its error).
+    When that value holds a process (``pid_of``: a ``Popen``'s pid by default), the
+    thread lives on until that process has exited."""
     box: dict[str, Any] = {}
     spawned = threading.Event()
 
@@ -63,16 +71,26 @@ def in_fresh_session_keyring(spawn: Callable[[], T]) -> T:
             box["error"] = exc
         finally:
             spawned.set()
-        if isinstance(box.get("value"), subprocess.Popen):
-            _outlive(box["value"].pid)
+        pid = pid_of(box["value"]) if "value" in box else None
+        if pid is not None:
+            _outlive(pid)
 
     thread = threading.Thread(target=target, name="ouro-life-keyring", daemon=True)
     thread.start()
-    spawned.wait()
-    if "error" in box:
-        raise box["error"]
-    value: T = box["value"]
-    return value
+
+    def result() -> T:
+        spawned.wait()
+        if "error" in box:
+            raise box["error"]
+        value: T = box["value"]
+        return value
+
+    return result
+
+
+def in_fresh_session_keyring(spawn: Callable[[], T]) -> T:
+    """``spawn()`` as ``start_in_fresh_session_keyring`` runs it, waited for."""
+    return start_in_fresh_session_keyring(spawn)()
 
 
 def _outlive(pid: int) -> None:

@@ -33,6 +33,7 @@ last ``STDERR_LIMIT`` bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import resource
@@ -41,8 +42,10 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..base import confinement
 from ..base.config import Ceilings
@@ -62,7 +65,10 @@ USR_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 # Host /etc is not mounted; only what /usr/bin/emacs needs to resolve on Debian.
 ETC_BINDS = ("/etc/alternatives",)
 STDERR_LIMIT = 1 << 20  # keep the last MiB of the organism's stderr
-_POLL_S = 0.05  # how often `cancel` is looked at while the organism runs
+# How often `cancel` is looked at while the organism runs: a stop reaches a life within
+# a quarter of a second, and a lineage waiting 30 s on its model wakes 120 times, not
+# 600 (each wake-up is CPU of ouro's, times the lineages running).
+_POLL_S = 0.25
 _SIGNAL_RANGE = range(129, 128 + 65)
 _KILL_GRACE_S = 5.0
 
@@ -184,31 +190,32 @@ def run_sandbox(
     ceilings: Ceilings,
     scope_name: str,
     cancel: threading.Event | None = None,
-    scope: Scope | None = None,
+    scope: Scope | StagedLife | None = None,
     confined: bool = True,
 ) -> SandboxResult:
     """Run one life. ``CeilingError`` (nothing ran) if the ceilings cannot be put in force,
     ``PreflightError`` if the runner cannot be installed or the sandbox cannot be started.
 
     ``scope``: an already opened scope to run in (default: ``open_scope(ceilings,
-    scope_name)``); it is closed here either way. ``confined``: physics release 2's
+    scope_name)``), or the ``StagedLife`` made in it (``stage``) for this ``kernel_dir``
+    and ``ceilings``; it is closed here either way. ``confined``: physics release 2's
     additions (seccomp filter, fresh keyring, bounded counts; ``confinement``); False
     only for the benchmark's comparison in the same run.
     """
-    try:
-        install_runner(kernel_dir)
-    except OSError as exc:
-        raise PreflightError(f"kernel: cannot install the runner in {kernel_dir}: {exc}") from exc
+    if isinstance(scope, StagedLife):
+        if (scope.kernel_dir, scope.ceilings, confined) != (kernel_dir, ceilings, True):
+            scope.close()
+            raise ValueError("kernel: a staged life runs as it was staged")
+        return scope.run(cancel)
+    _install(kernel_dir)
     seccomp_fd: int | None = None
     try:
         seccomp_fd = _filter_fd() if confined else None
         scope = scope if scope is not None else open_scope(ceilings, scope_name)
         argv = (life_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd)
                 if seccomp_fd is not None else bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings))
-        try:
-            result = _run(scope, argv, ceilings, cancel, seccomp_fd)
-        except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
-            raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
+        opened: Scope = scope
+        result = _live(lambda: _start(opened, argv, seccomp_fd), opened, ceilings, cancel)
     finally:
         if scope is not None:
             scope.close()
@@ -248,37 +255,117 @@ def bound_resources(pid: int) -> None:
         resource.prlimit(pid, getattr(resource, name), (value, value))
 
 
+def _install(kernel_dir: Path) -> None:
+    try:
+        install_runner(kernel_dir)
+    except OSError as exc:
+        raise PreflightError(f"kernel: cannot install the runner in {kernel_dir}: {exc}") from exc
+
+
+def _popen_kwargs(seccomp_fd: int | None) -> dict[str, Any]:
+    return {
+        "prepare": None if seccomp_fd is None else bound_resources,
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "close_fds": True,
+        "pass_fds": () if seccomp_fd is None else (seccomp_fd,),
+        "env": {"PATH": SANDBOX_PATH},
+        "cwd": "/",
+        # Its own session: never in a terminal's foreground process group, so the
+        # user's Ctrl-C (SIGINT to that group) reaches ouro, which decides, and never
+        # kills a generation into a false death.
+        "start_new_session": True,
+    }
+
+
 def _start(scope: Scope, argv: list[str], seccomp_fd: int | None) -> subprocess.Popen[bytes]:
     def spawn() -> subprocess.Popen[bytes]:
-        return scope.popen(
-            argv,
-            prepare=None if seccomp_fd is None else bound_resources,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            close_fds=True,
-            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
-            env={"PATH": SANDBOX_PATH},
-            cwd="/",
-            # Its own session: never in a terminal's foreground process group, so the
-            # user's Ctrl-C (SIGINT to that group) reaches ouro, which decides, and never
-            # kills a generation into a false death.
-            start_new_session=True,
-        )
+        return scope.popen(argv, **_popen_kwargs(seccomp_fd))
 
     if seccomp_fd is None:
         return spawn()
     return keyring.in_fresh_session_keyring(spawn)
 
 
+class StagedLife:
+    """A confined life whose first process is started before its generation is ready to
+    run: on the keyring's own thread (``keyring.start_in_fresh_session_keyring``) it is
+    put into its scope (a cgroup migration waits for an RCU grace period, 5-20 ms here)
+    and given its resource limits, then held at the scope's gate while the kernel writes
+    the marker, the journal and the input archive; ``run_sandbox(scope=this)`` opens the
+    gate. Nothing of the life runs before that: a kernel that dies first closes the
+    gate's pipe and the gate exits without running anything (its empty scope is reaped as
+    any dead kernel's). ``close`` kills an unopened gate's process, closes the scope and
+    the filter's descriptor; the sandbox's own end closes it as ``run_sandbox`` closes a
+    scope."""
+
+    def __init__(self, scope: Scope, kernel_dir: Path, ceilings: Ceilings) -> None:
+        self.scope, self.kernel_dir, self.ceilings = scope, kernel_dir, ceilings
+        self._opened = self._closed = False
+        _install(kernel_dir)
+        self._fd = _filter_fd()
+        try:
+            argv = life_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=self._fd)
+            kwargs = _popen_kwargs(self._fd)
+            self._gate = keyring.start_in_fresh_session_keyring(
+                lambda: scope.start(argv, **kwargs), pid_of=lambda gate: gate.proc.pid)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def run(self, cancel: threading.Event | None) -> SandboxResult:
+        try:
+            result = _live(self._open, self.scope, self.ceilings, cancel)
+        finally:
+            self.close()
+        return dataclasses.replace(result, seccomp_bpf_sha256=seccomp_bpf.bpf_sha256())
+
+    def _open(self) -> subprocess.Popen[bytes]:
+        gate = self._gate()  # the scope's or the spawn's failure is raised here
+        self._opened = True
+        gate.open()
+        return gate.proc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not self._opened:
+                with contextlib.suppress(Exception):  # it failed: nothing to stop
+                    self._gate().abort()
+            self.scope.close()
+        finally:
+            os.close(self._fd)
+
+
+def stage(*, scope: Scope, kernel_dir: Path, ceilings: Ceilings) -> StagedLife:
+    """``StagedLife(scope, kernel_dir, ceilings)``; the scope is closed if it cannot be
+    staged (``PreflightError``)."""
+    try:
+        return StagedLife(scope, kernel_dir, ceilings)
+    except BaseException:
+        scope.close()
+        raise
+
+
+def _live(start: Callable[[], subprocess.Popen[bytes]], scope: Scope, ceilings: Ceilings,
+             cancel: threading.Event | None) -> SandboxResult:
+    try:
+        return _run(scope, start, ceilings, cancel)
+    except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
+        raise PreflightError(f"kernel: cannot start the sandbox: {exc}") from exc
+
+
 def _run(
-    scope: Scope, argv: list[str], ceilings: Ceilings, cancel: threading.Event | None,
-    seccomp_fd: int | None,
+    scope: Scope, start: Callable[[], subprocess.Popen[bytes]], ceilings: Ceilings,
+    cancel: threading.Event | None,
 ) -> SandboxResult:
     limit = archive_limit(ceilings)
     started = time.monotonic()
     deadline = started + ceilings.wall_seconds
-    proc = _start(scope, argv, seccomp_fd)
+    proc = start()
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
     overflow = timed_out = cancelled = False

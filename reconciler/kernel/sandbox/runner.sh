@@ -12,8 +12,10 @@ if ! tar -C /work -xf /kernel/input.tar; then
   echo "runner: cannot unpack the committed tree into /work" >&2
   exit 125
 fi
-# sh exports PWD; the organism's environment is exactly HOME and PATH.
-env -u PWD emacs -Q --batch -l /work/organism.el >&2 </dev/null
+# sh exports PWD; the organism's environment is exactly HOME and PATH (unset here,
+# not by env(1): one program fewer in every life).
+unset PWD
+emacs -Q --batch -l /work/organism.el >&2 </dev/null
 status=$?
 # The life is over: nothing it started lives on to change /work while it is archived
 # (kill -1 reaches every process of this pid namespace but init and ourselves).

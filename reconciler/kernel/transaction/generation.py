@@ -89,7 +89,7 @@ from .leftovers import ACTIONABLE
 if TYPE_CHECKING:
     from ..sandbox.ceilings import Scope
     from ..sandbox.decoder import Entry
-    from ..sandbox.life import SandboxResult
+    from ..sandbox.life import SandboxResult, StagedLife
 
 __all__ = [
     "KILL_POINTS",
@@ -165,18 +165,21 @@ class Runtime:
     decode: Callable[..., list[Entry]]
     read_audit: Callable[[Path], list[dict[str, Any]]]
     reap_scopes: Callable[[str], object]
+    # the life's first process started in its scope ahead of the run (``life.stage``);
+    # None: run_sandbox starts it, as tests' fake sandboxes do
+    stage_sandbox: Callable[..., StagedLife] | None = None
 
 
 def real_runtime() -> Runtime:
     from ..broker.door import Broker
     from ..sandbox.ceilings import open_scope, sweep_stale_scopes_seldom
     from ..sandbox.decoder import decode
-    from ..sandbox.life import run_sandbox
+    from ..sandbox.life import run_sandbox, stage
     from ..sandbox.seccomp_bpf import warm
 
     warm()  # the filter is built while the generation prepares (physics release 2)
     return Runtime(open_scope, Broker.start, run_sandbox, decode, Broker.read_audit,
-                   sweep_stale_scopes_seldom)
+                   sweep_stale_scopes_seldom, stage)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -402,7 +405,7 @@ class _Parts:
     kernel_dir: Path  # mounted read-only at /kernel
     broker_dir: Path  # the broker's own socket and manifest; never mounted
     private_dir: Path
-    scope: Scope | None = None  # until handed to the sandbox
+    scope: Scope | StagedLife | None = None  # until handed to the sandbox
     door: Door | None = None
     broker: _BrokerLike | None = None
     broker_error: BaseException | None = None
@@ -684,9 +687,11 @@ def _generation(
     _check_provider(model, api_key, n, cursor)
     constraints = constraints_manifest(ceilings, model)
     recovery.sweep_orphans(paths, None, min_age=recovery.ORPHAN_AGE_S)
-    # The broker (a fresh Python process, the slowest part to start) starts first, on its
-    # own thread, beside everything below. It is safe before the marker: nothing can ask
-    # it anything until the sandbox runs, which is after the marker exists.
+    # The life's first process (put into its scope: a cgroup migration waits for an RCU
+    # grace period) and the broker start first, each on its own thread, beside everything
+    # below. Both are safe before the marker: the life waits at its scope's gate until the
+    # sandbox runs, and nothing can ask the broker anything before then, which is after
+    # the marker exists.
     stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S.%f%z")
     temp_prefix = recovery.KERNEL_DIR_PREFIX + recovery.scope_prefix(paths)
     temp_root = recovery.kernel_temp_root()
@@ -696,15 +701,19 @@ def _generation(
         private_dir=Path(paths.git_dir) / publish.PRIVATE_DIR / f"{n:04d}-{stamp}",
     )
     try:
+        with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
+            runtime.reap_scopes("")  # (the real one sweeps once per apply: ceilings)
+        scope_name = _scope_name(paths, n)
+        parts.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
+        if runtime.stage_sandbox is not None:  # its first process enters the scope meanwhile
+            scope, parts.scope = parts.scope, None
+            parts.scope = runtime.stage_sandbox(scope=scope, kernel_dir=parts.kernel_dir,
+                                                ceilings=ceilings)
         _write_manifest(parts.kernel_dir, constraints)
         parts.door = Door(parts.kernel_dir)  # answers once the broker is up
         listener = {"on_event": on_event} if on_event is not None else {}
         parts.start_broker(runtime, model=model, constraints=constraints, api_key=api_key,
                            generation=n, replay_cursor=cursor, **listener)
-        with contextlib.suppress(Exception):  # empty cgroups of killed kernels, any lineage's
-            runtime.reap_scopes("")  # (the real one sweeps once per apply: ceilings)
-        scope_name = _scope_name(paths, n)
-        parts.scope = runtime.open_scope(ceilings, scope_name)  # CeilingError
         edited = _commit_external_edits(state.lineage, paths, state.head)
         head = edited or state.head
         if edited is not None:
