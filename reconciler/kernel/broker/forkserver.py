@@ -43,13 +43,12 @@ def _preload() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     import encodings.idna  # noqa: F401  (a URL's host is encoded with it)
 
-    import h11  # noqa: F401
-    import httpcore  # noqa: F401  (httpx imports it, and h11, with its first transport)
-    import httpx  # noqa: F401
+    import httpx
 
     from . import ledger, providers  # noqa: F401
 
-    providers.tls_context()  # the CA bundle loaded once, not by every generation's broker
+    context = providers.tls_context()  # the CA bundle loaded once, not by every broker
+    httpx.HTTPTransport(verify=context).close()  # (httpx imports httpcore and h11 here)
 
 
 def _child(request: dict[str, Any], fds: list[int]) -> int:
