@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import stat
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from reconciler.spec.fieldtypes import Strict, cpu_share
 from reconciler.spec.files import FileRefused, read_limited
 from reconciler.spec.links import link_between, link_problem
 from reconciler.spec.names import METRIC_NAME, PROBE_NAME
+from reconciler.spec.probe_digest import digest_of
 
 __all__ = [
     "MAX_PROBES",
@@ -309,12 +309,6 @@ def check_until(value: list[UntilSpec], probes: list[ProbeSpec] | None) -> list[
 def probe_digest(probe: ProbeSpec, files_tree: str | None) -> str:
     """The probe's digest: sha256 of its argv, its files' git tree and its ceilings."""
     return digest_of(digest_body(probe.run, files_tree, probe.ceilings))
-
-
-def digest_of(body: dict[str, Any]) -> str:
-    """sha256 of a digest body's canonical JSON."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
-                          .encode()).hexdigest()
 
 
 def digest_body(run: list[str], files_tree: str | None,

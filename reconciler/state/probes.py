@@ -20,7 +20,7 @@ import pygit2
 from reconciler.errors import StateError
 from reconciler.kernel.base import formats
 from reconciler.kernel.base.config import LineagePaths
-from reconciler.spec.probes import digest_of
+from reconciler.spec.probe_digest import digest_of
 from reconciler.state.probe_rules import record_problem
 from reconciler.state.repos import READ_ERRORS, Repo, first_line, open_repo
 
