@@ -205,6 +205,28 @@ def test_the_child_module_writes_exactly_one_report(tmp_path: Path) -> None:
     assert fields is not None and fields["status"] == "consistent"
 
 
+def test_the_child_audits_without_the_spec_models(tmp_path: Path) -> None:
+    """A child starts per audit batch and per ``ouro verify``: it imports no pydantic (the
+    spec's models were ~60 ms of its ~150 ms start), nor the spec's probe models, yet it
+    checks probe records' digests. The report is out before the interpreter's tear-down."""
+    lineage = sound(tmp_path)
+    job = audit_child.encode_job([("t", lineage.paths)], max_findings=10)
+    snippet = ("import os, sys\n"
+               "real_exit = os._exit\n"
+               "def exiting(code):\n"  # what is imported once the report is out
+               "    sys.stderr.write(' '.join(sorted(\n"
+               "        m for m in sys.modules if m.split('.')[0] == 'pydantic'\n"
+               "        or m in ('reconciler.spec.models', 'reconciler.spec.probes'))) + '|')\n"
+               "    sys.stderr.flush()\n"
+               "    real_exit(code)\n"
+               "os._exit = exiting\n")
+    done = subprocess.run(_wrapped(snippet), input=job, capture_output=True, check=True,
+                          env=child_env(), timeout=GATE)
+    fields = sanitize_report(done.stdout, ["t"])
+    assert fields is not None and fields["status"] == "consistent"
+    assert done.stderr == b"|"  # nothing of them, and the exit after the report is os._exit
+
+
 @pytest.mark.parametrize(
     "job",
     [
