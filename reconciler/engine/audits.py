@@ -31,6 +31,17 @@ from reconciler.errors import OuroError
 from reconciler.spec.load import LoadedSpec
 
 AUDIT_WAIT_S = 120.0  # per batch, once the generations are done
+# While a fleet's generations run, a batch waits for this share of its lineages: each
+# batch is a child's start (~0.08 s of CPU), and lineages that end close together made
+# one batch each (32 lineages: 12 batches, 11 ms of CPU a generation).
+BATCH_SHARE = 4
+
+
+def batch_ready(waiting: int, unaudited: int, expected: int) -> bool:
+    """Is a batch of ``waiting`` finished lineages to be audited now, ``unaudited`` of the
+    ``expected`` not handed to an audit yet (those waiting included)? When a quarter of
+    the fleet waits, or every lineage left does (the last batch never waits)."""
+    return waiting >= max(1, min(unaudited, -(-expected // BATCH_SHARE)))
 
 
 class WarmChild:
@@ -122,7 +133,9 @@ class AuditBatches:
     def lineage_done(self, spec: LoadedSpec) -> None:
         with self._mutex:
             self._waiting.append(spec)
-            if not self._handles or self._handles[-1].done:
+            idle = not self._handles or self._handles[-1].done
+            if idle and batch_ready(len(self._waiting), self._expected - self._launched,
+                                    self._expected):
                 self._launch()
 
     def _launch(self) -> None:
