@@ -75,6 +75,7 @@ __all__ = [
     "remove_entry",
     "run_record",
     "store_running",
+    "warm",
     "warm_host_versions",
 ]
 
@@ -500,15 +501,25 @@ def _recorded_identity(metadata: Mapping[str, Any] | None, commit: str, fingerpr
                     ref if isinstance(ref, str) else running.ref, commit, fingerprint)
 
 
+def warm(choices: Sequence[KernelChoice | None]) -> None:
+    """Start what the lineages about to run will wait for, beside what comes first (the
+    apply's locks, observations, births): the host's versions (``emacs --version``), and
+    the brokers' fork server when a lineage runs on this process's own kernel."""
+    if not choices:
+        return
+    warm_host_versions()
+    if any(choice is None or choice.source == "running" for choice in choices):
+        from reconciler.kernel.broker import door
+
+        door.warm()
+
+
 def prepare(store: KernelStore, running: Identity, choice: KernelChoice | None,
             metadata: Mapping[str, Any] | None) -> LineageKernel:
     """Make the chosen kernel ready: this one stored, or the pinned one verified (and
     materialized from the checkout's objects first if it must be)."""
     if choice is None or choice.source == "running":
-        from reconciler.kernel.broker import door
-
-        warm_host_versions()  # both start beside what comes before a generation
-        door.warm()  # (the brokers' fork server)
+        warm([choice])  # (once per process: started already by an apply's plan)
         store_running(store, running)
         commit = choice.commit if choice is not None else running.commit
         if commit != running.commit:  # an identical kernel of another commit: known now

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
+from reconciler.engine import kernel_store_writer
 from reconciler.engine.apply import (
     Engine,
     Limits,
@@ -246,6 +247,8 @@ def apply(request: ApplyRequest, ui: ApplyUI, reporter: ClosingReporter) -> Appl
     runnable, to_check = prepared.jobs()
     if runnable and not prepared.from_saved_plan and not ui.confirm(worst):
         raise ApplyError("ouro apply: not confirmed; nothing was run")
+    if request.executor == "local":
+        kernel_store_writer.warm([item.kernel for _, item in runnable if item.pending])
 
     limits = Limits(
         deadline=None if request.deadline_seconds is None

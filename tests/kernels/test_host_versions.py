@@ -60,3 +60,35 @@ def test_the_versions_are_read_once_on_their_own_thread_and_shared() -> None:
 def test_a_failure_to_read_them_reaches_every_caller() -> None:
     found = _run("fails")
     assert found == {"reads": ["ouro-host-versions"], "seen": ["no emacs"] * 8}
+
+
+_WARMED = textwrap.dedent("""
+    import json, sys
+    from reconciler.engine import kernel_store_writer as writer
+    from reconciler.kernel.broker import forker
+    from reconciler.plan.kernel_choice import KernelChoice
+    stored = KernelChoice(source="store", commit="c" * 40, fingerprint="f" * 64, reason=None,
+                          message="")
+    running = KernelChoice(source="running", commit="c" * 40, fingerprint="f" * 64, reason=None,
+                           message="")
+    choices = {"none": [], "stored": [stored], "running": [stored, running],
+               "unresolved": [None]}[sys.argv[1]]
+    writer.warm(choices)
+    print(json.dumps({"versions": bool(writer._versions), "server": bool(forker._server)}))
+""")
+
+
+def test_an_apply_warms_what_its_lineages_will_wait_for() -> None:
+    """After its plan, an apply starts the versions' read for any lineage to run, and the
+    brokers' fork server only for one on this process's own kernel (a pinned kernel's
+    process forks no broker from here)."""
+    seen = {}
+    for case in ("none", "stored", "running", "unresolved"):
+        done = subprocess.run([sys.executable, "-c", _WARMED, case], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        seen[case] = json.loads(done.stdout)
+    assert seen == {"none": {"versions": False, "server": False},
+                    "stored": {"versions": True, "server": False},
+                    "running": {"versions": True, "server": True},
+                    "unresolved": {"versions": True, "server": True}}
