@@ -18,3 +18,12 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must provide this: {reason}")
     pytest.skip(reason)
+
+
+def alive(pid: int) -> bool:
+    """Does process ``pid`` run (a zombie, exited but not reaped, does not)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -19,6 +19,7 @@ from reconciler.kernel.broker import forker
 from reconciler.kernel.broker.door import Broker
 from tests.fakes.broker_client import post, start_broker
 from tests.fakes.provider_server import FakeProvider, openai_ok, script
+from tests.host import alive
 
 ECHO = ModelConfig(provider="echo", name="echo")
 KEY = "sk-fork-server-0123456789abcdefghij"
@@ -110,28 +111,20 @@ KERNEL = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_killed_kernel_leaves_no_server_and_no_broker(tmp_path: Path) -> None:
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(tmp_path)], cwd=REPO_ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert kernel.stdout is not None
         pids = json.loads(kernel.stdout.readline())
-        assert _alive(pids["server"]) and _alive(pids["broker"])
+        assert alive(pids["server"]) and alive(pids["broker"])
     finally:
         kernel.kill()
         kernel.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (_alive(pids["server"]) or _alive(pids["broker"])):
+    while time.monotonic() < deadline and (alive(pids["server"]) or alive(pids["broker"])):
         time.sleep(0.05)
-    assert not _alive(pids["server"]) and not _alive(pids["broker"])
+    assert not alive(pids["server"]) and not alive(pids["broker"])
     # the broker closed its audit as any broker does when its kernel goes
     assert Broker.read_audit(tmp_path / "private") == []
 
@@ -223,9 +216,9 @@ def test_a_warmed_server_is_started_once_and_forks_the_first_broker(tmp_path: Pa
         kernel.kill()
         kernel.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (_alive(server) or _alive(seen["broker"])):
+    while time.monotonic() < deadline and (alive(server) or alive(seen["broker"])):
         time.sleep(0.05)
-    assert not _alive(server) and not _alive(seen["broker"])
+    assert not alive(server) and not alive(seen["broker"])
 
 
 def test_no_server_is_warmed_where_brokers_are_not_forked(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from reconciler.kernel.base.config import Ceilings
 from reconciler.kernel.base.errors import CeilingError
 from reconciler.kernel.sandbox import life
 from reconciler.kernel.sandbox.ceilings import Accounting, Gate, open_scope
+from tests.host import alive
 from tests.kernel_sandbox.test_sandbox import (
     CEILINGS,
     SCOPE_SUFFIX,
@@ -60,14 +61,6 @@ def _gate_pids(groups: list[Path], timeout: float = 10.0) -> list[int]:
             return pids
         time.sleep(0.01)
     raise AssertionError("no process entered the staged scope")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _open_fds() -> set[str]:
@@ -112,7 +105,7 @@ def test_a_staged_life_never_run_leaves_no_process_group_or_descriptor(
     assert cmdline[:2] == [b"/bin/sh", b"-c"] and cmdline[3] == b"ouro-gate"  # at its gate
     staged.close()
     staged.close()  # once is all it does
-    assert not _alive(pid)
+    assert not alive(pid)
     assert not any(group.exists() for group in groups)
     assert _open_fds() == before  # the filter's descriptor too
 
@@ -150,12 +143,12 @@ def test_a_kernel_killed_while_its_life_is_staged_runs_nothing_of_it(
         kernel.wait()
         seen: set[bytes] = set()
         deadline = time.monotonic() + 10
-        while _alive(gate) and time.monotonic() < deadline:
+        while alive(gate) and time.monotonic() < deadline:
             try:
                 seen.add(Path(f"/proc/{gate}/cmdline").read_bytes().split(b"\0")[0])
             except OSError:
                 break
-        assert not _alive(gate)  # its gate's pipe closed: it ends at the gate
+        assert not alive(gate)  # its gate's pipe closed: it ends at the gate
         assert seen <= {b"/bin/sh"}  # never the prelude, never bwrap
         assert all((group / "cgroup.procs").read_text() == "" for group in groups)
     finally:
