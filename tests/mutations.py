@@ -387,6 +387,59 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kernel_broker/test_fork_server.py::"
          "test_a_forked_broker_verifies_tls_with_the_context_the_server_made_once",),
         "an HTTP provider makes its own TLS context (the CA bundle loaded per broker)"),
+    # issue 37, the last pass: what a generation and an apply no longer pay for
+    Mutation(
+        "fork-server-not-warmed", "reconciler/kernel/broker/door.py",
+        "            forker.start(PACKAGE_ROOT, dict(_ENVIRONMENT), "
+        "no_bytecode=sys.dont_write_bytecode)",
+        "            pass",
+        ("tests/kernel_broker/test_fork_server.py::"
+         "test_a_warmed_server_is_started_once_and_forks_the_first_broker",),
+        "door.warm starts no server: the first generation waits for its start-up"),
+    Mutation(
+        "broker-preloads-no-transport", "reconciler/kernel/broker/forkserver.py",
+        "    httpx.HTTPTransport(verify=context).close()", "    del context",
+        ("tests/kernel_broker/test_fork_server.py::"
+         "test_a_broker_imports_nothing_the_server_did_not",),
+        "every HTTP broker imports httpcore and h11 again"),
+    Mutation(
+        "broker-reads-byte-by-byte", "reconciler/kernel/broker/process.py",
+        "chunk = os.read(fd, 1 << 16)", "chunk = os.read(fd, 1)",
+        ("tests/kernel_broker/test_requests.py::"
+         "test_a_configuration_with_more_after_its_line_is_refused",),
+        "a broker reads its configuration a byte at a time (and ignores what follows it)"),
+    Mutation(
+        "audit-batch-per-lineage", "reconciler/engine/audits.py",
+        "    return waiting >= max(1, min(unaudited, -(-expected // BATCH_SHARE)))",
+        "    return waiting >= 1",
+        ("tests/verify/test_batches.py::"
+         "test_a_fleet_ending_one_by_one_makes_four_batches_not_one_per_lineage",),
+        "each lineage that ends is a batch of its own: a child's start each"),
+    Mutation(
+        "host-versions-read-per-call", "reconciler/engine/kernel_store_writer.py",
+        "        if not _versions:", "        if True:",
+        ("tests/kernels/test_host_versions.py::"
+         "test_the_versions_are_read_once_on_their_own_thread_and_shared",),
+        "emacs --version run by every lineage that asks"),
+    Mutation(
+        "offline-check-imports-httpx", "reconciler/engine/provider_check.py",
+        "    if model.provider in registry.OFFLINE_PROVIDERS:  # (nor httpx's import, ~50 ms)",
+        "    import httpx  # noqa: F401\n"
+        "    if model.provider in registry.OFFLINE_PROVIDERS:  # (nor httpx's import, ~50 ms)",
+        ("tests/provider_check/test_provider_check.py::"
+         "test_an_offline_provider_costs_no_http_client",),
+        "an offline lineage's provider check imports httpx"),
+    Mutation(
+        "audit-child-imports-the-models", "reconciler/state/probes.py",
+        "from reconciler.spec.probe_digest import digest_of",
+        "from reconciler.spec.probes import digest_of",
+        ("tests/verify/test_child.py::test_the_child_audits_without_the_spec_models",),
+        "the audit's child imports the spec's pydantic models"),
+    Mutation(
+        "audit-child-tears-down", "reconciler/state/audit_child.py",
+        "    os._exit(status)", "    sys.exit(status)",
+        ("tests/verify/test_child.py::test_the_child_audits_without_the_spec_models",),
+        "the audit's child tears its interpreter down before the supervisor hears it exit"),
 )
 
 
