@@ -182,6 +182,6 @@ if __name__ == "__main__":
     status = main()
     sys.stderr.flush()
     # The report is written and closed, the verdict records synced: the supervisor waits
-    # for this exit, and an interpreter's tear-down of what the audit imported (pygit2,
-    # pydantic: ~30 ms) is of no use to anyone.
+    # for this exit, and an interpreter's tear-down of what the audit imported (pygit2
+    # and the rest: ~30 ms) is of no use to anyone.
     os._exit(status)
