@@ -79,7 +79,7 @@ class Gate(Protocol):
 
     proc: subprocess.Popen[bytes]
 
-    def open(self, prepare: Callable[[int], None] | None = None) -> None: ...
+    def open(self) -> None: ...
     def abort(self) -> None: ...
 
 
@@ -221,16 +221,20 @@ class _Gated:
         finally:
             os.close(read_fd)
 
-    def open(self, prepare: Callable[[int], None] | None = None) -> None:
-        """Let the child run its command, after ``prepare(pid)`` (if given) has done what
-        must be in place before it does (e.g. ``prlimit``); if ``prepare`` raises, the
-        child is killed unrun and the error propagates."""
-        if prepare is not None:
-            try:
-                prepare(self.proc.pid)
-            except BaseException:
-                self.abort()
-                raise
+    def hold(self, prepare: Callable[[int], None] | None) -> None:
+        """``prepare(pid)`` while the child waits, for what must be in place before it runs
+        (e.g. ``prlimit``); if ``prepare`` raises, the child is killed unrun and the error
+        propagates."""
+        if prepare is None:
+            return
+        try:
+            prepare(self.proc.pid)
+        except BaseException:
+            self.abort()
+            raise
+
+    def open(self) -> None:
+        """Let the child run its command."""
         try:
             os.write(self._write_fd, b"go\n")
         finally:
@@ -400,12 +404,7 @@ class _CgroupScope:
             raise CeilingError(
                 f"kernel: cannot put the generation into its {self.backend} scope: {exc}"
             ) from exc
-        if prepare is not None:
-            try:
-                prepare(pid)
-            except BaseException:
-                gated.abort()
-                raise
+        gated.hold(prepare)
         self._proc = gated.proc
         return gated
 
@@ -695,8 +694,7 @@ class SystemdScope:
         gated = _Gated(argv, popen_kwargs, wrap=self.run_argv)
         try:
             self._verify(gated.proc)
-            if prepare is not None:
-                prepare(gated.proc.pid)
+            gated.hold(prepare)
         except BaseException:
             gated.abort()
             self.close()

@@ -207,23 +207,17 @@ def run_sandbox(
             scope.close()
             raise ValueError("kernel: a staged life runs as it was staged")
         return scope.run(cancel)
+    if confined:  # staged and run at once: a confined life has one way to start
+        opened = scope if scope is not None else open_scope(ceilings, scope_name)
+        return stage(scope=opened, kernel_dir=kernel_dir, ceilings=ceilings).run(cancel)
     _install(kernel_dir)
-    seccomp_fd: int | None = None
+    scope = scope if scope is not None else open_scope(ceilings, scope_name)
     try:
-        seccomp_fd = _filter_fd() if confined else None
-        scope = scope if scope is not None else open_scope(ceilings, scope_name)
-        argv = (life_argv(kernel_dir=kernel_dir, ceilings=ceilings, seccomp_fd=seccomp_fd)
-                if seccomp_fd is not None else bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings))
-        opened: Scope = scope
-        result = _live(lambda: _start(opened, argv, seccomp_fd), opened, ceilings, cancel)
+        argv = bwrap_argv(kernel_dir=kernel_dir, ceilings=ceilings)
+        plain: Scope = scope
+        return _live(lambda: plain.popen(argv, **_popen_kwargs(None)), plain, ceilings, cancel)
     finally:
-        if scope is not None:
-            scope.close()
-        if seccomp_fd is not None:
-            os.close(seccomp_fd)
-    if seccomp_fd is None:
-        return result
-    return dataclasses.replace(result, seccomp_bpf_sha256=seccomp_bpf.bpf_sha256())
+        scope.close()
 
 
 def _check_prelude() -> None:
@@ -277,15 +271,6 @@ def _popen_kwargs(seccomp_fd: int | None) -> dict[str, Any]:
         # kills a generation into a false death.
         "start_new_session": True,
     }
-
-
-def _start(scope: Scope, argv: list[str], seccomp_fd: int | None) -> subprocess.Popen[bytes]:
-    def spawn() -> subprocess.Popen[bytes]:
-        return scope.popen(argv, **_popen_kwargs(seccomp_fd))
-
-    if seccomp_fd is None:
-        return spawn()
-    return keyring.in_fresh_session_keyring(spawn)
 
 
 class StagedLife:
@@ -351,7 +336,7 @@ def stage(*, scope: Scope, kernel_dir: Path, ceilings: Ceilings) -> StagedLife:
 
 
 def _live(start: Callable[[], subprocess.Popen[bytes]], scope: Scope, ceilings: Ceilings,
-             cancel: threading.Event | None) -> SandboxResult:
+          cancel: threading.Event | None) -> SandboxResult:
     try:
         return _run(scope, start, ceilings, cancel)
     except OSError as exc:  # bwrap or /bin/sh cannot be started: nothing ran
